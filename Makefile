@@ -1,0 +1,76 @@
+# gpuhost.nvidia developer entry point.
+#   make test   every test tier (unit, sanity, lint, build, molecule); what CI runs
+#   make demo   converge playbooks/site.yml on a Debian 12 systemd test container and print a summary
+# Everything installs itself: the venv from requirements/dev.txt, podman/runc/debootstrap with apt.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+PYTHON ?= python3
+VENV := .venv
+VBIN := $(VENV)/bin
+SITE := $(shell $(PYTHON) -c 'import sys; print(f"lib/python{sys.version_info[0]}.{sys.version_info[1]}/site-packages")')
+COLLECTION_LINK := $(VENV)/$(SITE)/ansible_collections/gpuhost/nvidia
+export CONTAINERS_CONF := $(CURDIR)/tests/hosts/containers.conf
+export PATH := $(CURDIR)/$(VBIN):$(PATH)
+export ANSIBLE_PYTHON_INTERPRETER := auto_silent
+export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/$(VENV)/$(SITE)
+ROLE ?=
+DISTRO ?=
+
+.PHONY: help venv deps images unit sanity lint changelog-lint build molecule test demo clean
+
+help:
+	@sed -n '2,5p' Makefile
+
+$(VENV)/.stamp: requirements/dev.txt
+	$(PYTHON) -m venv $(VENV)
+	$(VBIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip
+	$(VBIN)/python -m pip install --quiet --disable-pip-version-check -r requirements/dev.txt
+	touch $@
+
+# The collection is linked into the venv's collection path, so FQCNs and ansible-doc work
+# from a clean clone without Galaxy.
+$(COLLECTION_LINK): $(VENV)/.stamp
+	mkdir -p $(dir $@)
+	ln -sfn $(CURDIR) $@
+
+venv: $(COLLECTION_LINK)
+
+# System packages the tiers need (Debian/Ubuntu): podman + runc for the test hosts,
+# debootstrap to build them, shellcheck for ansible-test's shellcheck sanity test.
+deps:
+	@missing=(); for p in podman runc debootstrap shellcheck; do command -v $$p >/dev/null || missing+=($$p); done; \
+	if (( $${#missing[@]} )); then echo "apt-get install $${missing[*]}"; apt-get update -qq; \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$${missing[@]}" uidmap slirp4netns >/dev/null; fi
+
+images: deps
+	tests/hosts/build.sh debian12
+
+unit: venv
+	$(VBIN)/python -m pytest tests/unit -q -p no:cacheprovider
+
+sanity: venv deps
+	tests/sanity/run.sh
+
+lint: venv
+	$(VBIN)/ansible-lint
+	$(VBIN)/yamllint --strict .
+
+changelog-lint: venv
+	$(VBIN)/antsibull-changelog lint
+
+# Build the release tarball, install it into an empty path and list its plugins from there.
+build: venv
+	tests/build/check.sh
+
+molecule: venv images
+	tests/molecule/run.sh $(ROLE) $(DISTRO)
+
+test: venv
+	tests/run_tiers.sh
+
+demo: venv images
+	tests/demo/run.sh
+
+clean:
+	rm -rf $(VENV) .cache tests/output gpuhost-nvidia-*.tar.gz

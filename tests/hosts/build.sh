@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Build (or reuse) the podman test hosts.
+#   tests/hosts/build.sh [debian12 ...]
+# Each image is tagged localhost/gpuhost-<name>:<key>, where <key> hashes the builder's files,
+# and re-tagged :latest. An image whose key already exists is reused, so a second run costs
+# about a second. Needs root; installs podman, runc and debootstrap with apt when missing.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+export CONTAINERS_CONF="${CONTAINERS_CONF:-$here/containers.conf}"
+
+log() { printf '[hosts] %s\n' "$*" >&2; }
+
+ensure_tools() {
+    local missing=()
+    command -v podman >/dev/null || missing+=(podman)
+    command -v runc >/dev/null || missing+=(runc)
+    command -v debootstrap >/dev/null || missing+=(debootstrap)
+    if ((${#missing[@]})); then
+        log "installing ${missing[*]} with apt"
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" uidmap slirp4netns >/dev/null
+    fi
+}
+
+# The Debian mirror this machine already uses (air-gapped sites point it at their own).
+debian_mirror() {
+    if [[ -n "${GPUHOST_DEBIAN_MIRROR:-}" ]]; then
+        echo "$GPUHOST_DEBIAN_MIRROR"
+        return
+    fi
+    local uri
+    uri=$(grep -hs '^URIs:' /etc/apt/sources.list.d/*.sources | awk '{print $2}' | grep -v -- '-security' | head -n1 || true)
+    if [[ -z "$uri" ]]; then
+        uri=$(grep -hs '^deb ' /etc/apt/sources.list | awk '{print $2}' | grep -v -- '-security' | head -n1 || true)
+    fi
+    echo "${uri:-http://deb.debian.org/debian}"
+}
+
+content_key() {
+    # Everything that shapes the image: this script and the image's directory.
+    (cd "$here" && find build.sh "$1" -type f -print0 | sort -z | xargs -0 sha256sum) | sha256sum | cut -c1-12
+}
+
+build_base() {
+    local tag="$1" mirror="$2" rootfs
+    if podman image exists "$tag"; then
+        return
+    fi
+    rootfs=$(mktemp -d /var/tmp/gpuhost-rootfs.XXXXXX)
+    log "debootstrap bookworm (minbase) from $mirror"
+    debootstrap --variant=minbase bookworm "$rootfs" "$mirror" >/dev/null
+    tar -C "$rootfs" -c . | podman import --quiet - "$tag" >/dev/null
+    rm -rf "$rootfs"
+}
+
+build_debian12() {
+    local key="$1" mirror base
+    mirror=$(debian_mirror)
+    base="localhost/gpuhost-bookworm-base:$key"
+    build_base "$base" "$mirror"
+    log "building localhost/gpuhost-debian12:$key"
+    podman build --quiet --build-arg "BASE=$base" --build-arg "MIRROR=$mirror" \
+        -t "localhost/gpuhost-debian12:$key" "$here/debian12" >/dev/null
+}
+
+main() {
+    ensure_tools
+    local name key tag start
+    for name in "${@:-debian12}"; do
+        [[ -d "$here/$name" ]] || { log "unknown test host '$name' (have: debian12)"; exit 2; }
+        key=$(content_key "$name")
+        tag="localhost/gpuhost-$name:$key"
+        start=$SECONDS
+        if podman image exists "$tag"; then
+            log "$name: reusing $tag"
+        else
+            "build_$name" "$key"
+            log "$name: built $tag in $((SECONDS - start)) s"
+        fi
+        podman tag "$tag" "localhost/gpuhost-$name:latest"
+        echo "$tag"
+    done
+}
+
+main "$@"

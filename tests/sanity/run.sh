@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# ansible-test sanity, run from a correct ansible_collections/gpuhost/nvidia path.
+# The collection is staged (git-tracked and untracked-not-ignored files) outside this
+# checkout, because ansible-test lists a collection's files through the enclosing git repo.
+#   tests/sanity/run.sh [extra ansible-test sanity args]
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+stage="${GPUHOST_SANITY_STAGE:-${TMPDIR:-/tmp}/gpuhost-sanity}"
+dest="$stage/ansible_collections/gpuhost/nvidia"
+
+rm -rf "$stage"
+mkdir -p "$dest"
+(cd "$repo" && git ls-files -co --exclude-standard -z | tar --null -T - -cf -) | tar -C "$dest" -xf -
+
+# ansible-test bootstraps pip in each sanity venv from a host CI cannot reach: give it the
+# local stand-in under the cache name it looks for (see get_pip_bootstrap.py).
+pip_version=$(python -c 'import re, ansible_test._internal.python_requirements as m, inspect; print(re.search(r"pip=.([0-9.]+).", inspect.getsource(m)).group(1))')
+cache="$HOME/.ansible/test/cache"
+mkdir -p "$cache"
+cp "$repo/tests/sanity/get_pip_bootstrap.py" "$cache/get_pip_${pip_version//./_}.py"
+
+cd "$dest"
+exec ansible-test sanity --python 3.11 --requirements --color no "$@"
