@@ -7,11 +7,13 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 cd "$repo"
+# Look only at the installed copy, never the checkout linked into the venv.
+export ANSIBLE_COLLECTIONS_SCAN_SYS_PATH=false
 ansible-galaxy collection build --force --output-path "$work/dist" . >/dev/null
 tarball=$(ls "$work"/dist/gpuhost-nvidia-*.tar.gz)
 echo "built $(basename "$tarball") ($(du -h "$tarball" | cut -f1))"
 # --no-deps: community.general comes from the PyPI `ansible` package, and Galaxy is unreachable.
-ansible-galaxy collection install --no-deps -p "$work/collections" "$tarball" >/dev/null
+ANSIBLE_COLLECTIONS_PATH="$work/collections" ansible-galaxy collection install --force --no-deps -p "$work/collections" "$tarball" >/dev/null
 
 installed="$work/collections/ansible_collections/gpuhost/nvidia"
 fail=0
