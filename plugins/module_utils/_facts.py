@@ -1,0 +1,207 @@
+# Copyright (c) gpuhost.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Merge the NVML, nvidia-smi and PCI backends into ``ansible_facts.nvidia_gpu``.
+
+Private to this collection: no compatibility promise outside gpuhost.nvidia.
+
+Best source first: NVML, then nvidia-smi (only when NVML gave nothing), and the PCI scan always. PCI adds binding,
+IOMMU group and NUMA node to every GPU (matched by PCI address) and lists the GPUs the richer sources cannot see.
+"""
+
+from __future__ import annotations
+
+import typing as t
+
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _catalog, _nvml, _pci, _smi
+from ansible_collections.gpuhost.nvidia.plugins.module_utils._common import (
+    STATE_DRIVER_NOT_LOADED,
+    STATE_ERROR,
+    STATE_GPU_LOST,
+    STATE_LIBRARY_NOT_FOUND,
+    STATE_NO_GPU,
+    STATE_NO_PERMISSION,
+    STATE_OK,
+    STATE_PCI_ONLY,
+    STATE_VERSION_MISMATCH,
+    best_failure_state,
+    driver_branch,
+)
+
+BACKENDS = ("nvml", "nvidia-smi", "pci")
+GATHER = _nvml.GATHER_CHOICES
+
+
+def _pci_only_record(function: dict[str, t.Any], gather: set[str]) -> dict[str, t.Any]:
+    record = _nvml.empty_gpu_record(None)
+    record.update(
+        pci_bus_id=function["pci_bus_id"],
+        pci_device_id=function["pci_device_id"],
+        architecture=_catalog.architecture(function["pci_device_id"]),
+        compute_capability=_catalog.compute_capability_from_device_id(function["pci_device_id"]),
+        bound_driver=function["bound_driver"],
+        iommu_group=function["iommu_group"],
+        numa_node=function["numa_node"],
+        state=STATE_PCI_ONLY,
+        source="pci",
+    )
+    driver = function["bound_driver"]
+    record["message"] = "seen on the PCI bus only (%s)" % ("bound to %s" % driver if driver else "no driver bound")
+    _optional_keys(record, gather)
+    return record
+
+
+def _optional_keys(record: dict[str, t.Any], gather: set[str]) -> None:
+    """Requested detail groups are present on every GPU (null where the source could not tell)."""
+    if "utilization" in gather:
+        record.setdefault("utilization", None)
+        record.setdefault("temperature_c", None)
+        record.setdefault("power_draw_w", None)
+    if "processes" in gather:
+        record.setdefault("processes", None)
+    if "topology" in gather:
+        record.setdefault("topology", None)
+
+
+def _reboot_reasons(gpus: list[dict[str, t.Any]], state: str, kernel: dict[str, t.Any], library_version: str | None) -> list[str]:
+    reasons = []
+    for gpu in gpus:
+        name = "GPU %s (%s)" % (gpu["index"], gpu["pci_bus_id"])
+        for key, label in (("ecc", "ECC mode"), ("mig", "MIG mode")):
+            pair = gpu[key]
+            if pair["current"] is not None and pair["pending"] is not None and pair["current"] != pair["pending"]:
+                reasons.append(
+                    "%s: %s change pending (%s -> %s); it takes effect after a GPU reset or reboot"
+                    % (name, label, _onoff(pair["current"]), _onoff(pair["pending"]))
+                )
+    if kernel["version"] and library_version and kernel["version"] != library_version:
+        reasons.append(
+            "the loaded nvidia kernel module is %s but the installed user-space driver is %s" % (kernel["version"], library_version)
+        )
+    elif state == STATE_VERSION_MISMATCH:
+        reasons.append("the loaded nvidia kernel module does not match the installed user-space driver")
+    return reasons
+
+
+def _onoff(value: bool) -> str:
+    return "enabled" if value else "disabled"
+
+
+def gather_facts(
+    backends: t.Iterable[str] = BACKENDS,
+    gather: t.Iterable[str] = (),
+    root: str = "/",
+    smi_run: _smi.Runner | None = None,
+    smi_binary: str | None = None,
+    nv: t.Any = None,
+    kernel_release: str | None = None,
+) -> dict[str, t.Any]:
+    """Build ``ansible_facts.nvidia_gpu``. ``nv`` overrides the pynvml module (tests); PCI always runs."""
+    backends = list(backends)
+    gather_set = set(gather)
+    pci = _pci.scan(root, kernel_release)
+    messages: list[str] = []
+    failures: list[str] = []
+    rich: dict[str, t.Any] | None = None
+    source = "pci"
+
+    if "nvml" in backends:
+        result = _nvml.collect(gather_set, nv)
+        if result["available"]:
+            rich, source = result, "nvml"
+        else:
+            failures.append(result["state"])
+            messages.append(result["message"])
+    if rich is None and "nvidia-smi" in backends:
+        if smi_binary is None or smi_run is None:
+            messages.append("nvidia-smi: not found in PATH, not used")
+            failures.append(STATE_LIBRARY_NOT_FOUND)
+        else:
+            result = _smi.collect(smi_run, smi_binary, gather_set)
+            if result["available"]:
+                rich, source = result, "nvidia-smi"
+            else:
+                failures.append(result["state"])
+                messages.append(result["message"])
+
+    pci_by_bus = {f["pci_bus_id"]: f for f in pci["gpus"]}
+    gpus: list[dict[str, t.Any]] = []
+    seen: set[str] = set()
+    if rich is not None:
+        messages.extend(rich["messages"])
+        for record in rich["gpus"]:
+            function = pci_by_bus.get(record["pci_bus_id"] or "")
+            if function is not None:
+                seen.add(function["pci_bus_id"])
+                record["bound_driver"] = function["bound_driver"]
+                record["iommu_group"] = function["iommu_group"]
+                record["numa_node"] = function["numa_node"]
+                if record["pci_device_id"] is None:
+                    record["pci_device_id"] = function["pci_device_id"]
+            if record["architecture"] is None:
+                record["architecture"] = _catalog.architecture(record["pci_device_id"])
+            if record["compute_capability"] is None:
+                record["compute_capability"] = _catalog.compute_capability_from_device_id(record["pci_device_id"])
+            _optional_keys(record, gather_set)
+            gpus.append(record)
+    pci_only = [f for f in pci["gpus"] if f["pci_bus_id"] not in seen]
+    for function in pci_only:
+        gpus.append(_pci_only_record(function, gather_set))
+        if rich is not None and function["bound_driver"] == "nvidia":
+            messages.append("%s: bound to nvidia but not listed by %s" % (function["pci_bus_id"], source))
+
+    kernel = pci["kernel_module"]
+    present = bool(pci["gpus"]) or any(g["state"] != STATE_PCI_ONLY for g in gpus)
+    needs_nvidia = [f for f in pci["gpus"] if f["bound_driver"] not in _pci.PASSTHROUGH_DRIVERS]
+
+    if rich is not None:
+        rich_gpus = [g for g in gpus if g["source"] == source]
+        if any(g["state"] == STATE_GPU_LOST for g in rich_gpus):
+            state = STATE_GPU_LOST
+        elif rich_gpus and all(g["state"] == STATE_NO_PERMISSION for g in rich_gpus):
+            state = STATE_NO_PERMISSION
+        elif not present:
+            state = STATE_NO_GPU
+        else:
+            state = STATE_OK
+    elif not present:
+        state = STATE_NO_GPU
+    elif not needs_nvidia:
+        state = STATE_OK
+        messages.append("every NVIDIA GPU is bound to a passthrough driver (%s)" % ", ".join(sorted({f["bound_driver"] for f in pci["gpus"]})))
+    else:
+        state = best_failure_state(failures) or (STATE_OK if kernel["loaded"] else STATE_DRIVER_NOT_LOADED)
+        if not kernel["loaded"] and state in (STATE_LIBRARY_NOT_FOUND, STATE_ERROR):
+            # The richer sources could not say more than "no library"; the kernel module is not loaded either.
+            state = STATE_DRIVER_NOT_LOADED
+            messages.append("the nvidia kernel module is not loaded")
+
+    rich_driver = rich["driver"] if rich is not None else {"version": None, "cuda_version": None, "nvml_version": None}
+    version = rich_driver["version"] or kernel["version"] or pci["library_version"]
+    branch = driver_branch(version)
+    driver = {
+        "version": version,
+        "branch": branch,
+        "cuda_version": rich_driver["cuda_version"] or _catalog.max_cuda_for_branch(branch),
+        "kernel_module_type": kernel["type"],
+        "kernel_module_loaded": kernel["loaded"],
+        "kernel_module_version": kernel["version"],
+        "nvml_version": rich_driver["nvml_version"],
+        "library_version": pci["library_version"],
+        "library_paths": pci["library_paths"],
+    }
+    reasons = _reboot_reasons(gpus, state, kernel, pci["library_version"])
+    return {
+        "present": present,
+        "source": source,
+        "state": state,
+        "messages": [m for m in messages if m],
+        "driver": driver,
+        "gpus": gpus,
+        "pci_functions": pci["functions"],
+        "nvswitch_count": pci["nvswitch_count"],
+        "device_nodes": pci["device_nodes"],
+        "reboot_required": bool(reasons),
+        "reboot_reasons": reasons,
+    }

@@ -1,0 +1,415 @@
+# Copyright (c) gpuhost.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""NVML backend for the GPU facts, through nvidia-ml-py (module ``pynvml``).
+
+Private to this collection: no compatibility promise outside gpuhost.nvidia.
+
+``pynvml`` is imported inside :func:`load_pynvml`, so a host without nvidia-ml-py is a state the facts report,
+and tests can put a fake module in ``sys.modules['pynvml']``. NVML errors map to states:
+LibraryNotFound -> library_not_found, DriverNotLoaded -> driver_not_loaded, NoPermission -> no_permission,
+LibRmVersionMismatch -> driver_version_mismatch, GpuIsLost -> that GPU's state gpu_lost. A field the GPU does not
+support (NotSupported) is None.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import traceback
+import types
+import typing as t
+
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _catalog
+from ansible_collections.gpuhost.nvidia.plugins.module_utils._common import (
+    STATE_DRIVER_NOT_LOADED,
+    STATE_ERROR,
+    STATE_GPU_LOST,
+    STATE_LIBRARY_NOT_FOUND,
+    STATE_NO_PERMISSION,
+    STATE_OK,
+    STATE_VERSION_MISMATCH,
+    cuda_version_from_int,
+    device_id_from_nvml,
+    normalize_bus_id,
+    to_text,
+)
+
+GATHER_CHOICES = ("processes", "utilization", "topology")
+
+MIB = 1024 * 1024
+
+# Error class name (as nvidia-ml-py builds it) -> facts state.
+_INIT_ERROR_STATES = (
+    ("NVMLError_LibraryNotFound", STATE_LIBRARY_NOT_FOUND),
+    ("NVMLError_FunctionNotFound", STATE_LIBRARY_NOT_FOUND),
+    ("NVMLError_DriverNotLoaded", STATE_DRIVER_NOT_LOADED),
+    ("NVMLError_NoPermission", STATE_NO_PERMISSION),
+    ("NVMLError_LibRmVersionMismatch", STATE_VERSION_MISMATCH),
+    ("NVMLError_GpuIsLost", STATE_GPU_LOST),
+)
+
+# Field-level errors that just mean "this GPU/driver does not give that value".
+_FIELD_NULL_ERRORS = (
+    "NVMLError_NotSupported",
+    "NVMLError_NotFound",
+    "NVMLError_FunctionNotFound",
+    "NVMLError_InvalidArgument",
+    "NVMLError_NoPermission",
+    "NVMLError_NoData",
+    "NVMLError_Deprecated",
+    "NVMLError_NotReady",
+)
+
+_COMPUTE_MODES = {
+    0: "default",
+    1: "exclusive_thread",
+    2: "prohibited",
+    3: "exclusive_process",
+}
+
+# nvidia-smi topo -m legend names for NVML's common-ancestor levels.
+_TOPOLOGY_LEVELS = {
+    0: "SELF",
+    10: "PIX",
+    20: "PXB",
+    30: "PHB",
+    40: "NODE",
+    50: "SYS",
+}
+
+_NA_32 = 0xFFFFFFFF
+
+
+class GpuLost(Exception):
+    """Raised inside a GPU's collection when NVML reports the GPU as lost."""
+
+
+def load_pynvml() -> tuple[types.ModuleType | None, str | None]:
+    """Import pynvml; return (module, None) or (None, traceback text)."""
+    try:
+        import pynvml  # pylint: disable=import-outside-toplevel
+    except ImportError:
+        return None, traceback.format_exc()
+    return pynvml, None
+
+
+def _is(nv: t.Any, exc: BaseException, *names: str) -> bool:
+    for name in names:
+        cls = getattr(nv, name, None)
+        if isinstance(cls, type) and isinstance(exc, cls):
+            return True
+    return False
+
+
+def _nvml_error(nv: t.Any) -> type[BaseException]:
+    cls = getattr(nv, "NVMLError", None)
+    return cls if isinstance(cls, type) and issubclass(cls, BaseException) else Exception
+
+
+def error_state(nv: t.Any, exc: BaseException) -> str:
+    for name, state in _INIT_ERROR_STATES:
+        if _is(nv, exc, name):
+            return state
+    return STATE_ERROR
+
+
+def _describe(exc: BaseException) -> str:
+    try:
+        text = str(exc)
+    except Exception:  # pylint: disable=broad-exception-caught
+        text = ""
+    name = type(exc).__name__
+    return "%s (%s)" % (text, name) if text and text != name else name
+
+
+class _Collector:
+    def __init__(self, nv: t.Any, gather: t.Iterable[str]):
+        self.nv = nv
+        self.gather = set(gather)
+        self.messages: list[str] = []
+        self.error_cls = _nvml_error(nv)
+
+    def call(self, label: str, func_name: str, *args: t.Any) -> t.Any:
+        """Call an NVML function; None for unsupported values; GpuLost on a lost GPU."""
+        func = getattr(self.nv, func_name, None)
+        if func is None:
+            return None
+        try:
+            return func(*args)
+        except self.error_cls as exc:
+            if _is(self.nv, exc, "NVMLError_GpuIsLost"):
+                raise GpuLost(_describe(exc)) from exc
+            if not _is(self.nv, exc, *_FIELD_NULL_ERRORS):
+                self.messages.append("%s: %s failed: %s" % (label, func_name, _describe(exc)))
+            return None
+
+    # -- per-GPU -------------------------------------------------------------------------------------------
+    def fill_gpu(self, record: dict[str, t.Any], handle: t.Any) -> None:
+        """Fill a record in place, so that a GPU lost half-way keeps what was read before."""
+        label = "GPU %d" % record["index"]
+        pci = self.call(label, "nvmlDeviceGetPciInfo", handle)
+        if pci is not None:
+            record["pci_bus_id"] = normalize_bus_id(getattr(pci, "busId", None)) or normalize_bus_id(
+                getattr(pci, "busIdLegacy", None)
+            )
+            record["pci_device_id"] = device_id_from_nvml(getattr(pci, "pciDeviceId", None))
+        record["uuid"] = to_text(self.call(label, "nvmlDeviceGetUUID", handle))
+        record["name"] = to_text(self.call(label, "nvmlDeviceGetName", handle))
+        cc = self.call(label, "nvmlDeviceGetCudaComputeCapability", handle)
+        if cc is not None and len(cc) == 2:
+            record["compute_capability"] = "%d.%d" % (cc[0], cc[1])
+        record["architecture"] = _catalog.architecture(record["compute_capability"]) or _catalog.architecture(
+            record["pci_device_id"]
+        )
+        memory = self.call(label, "nvmlDeviceGetMemoryInfo", handle)
+        if memory is not None and getattr(memory, "total", None) is not None:
+            record["memory_total_mib"] = int(memory.total) // MIB
+        persistence = self.call(label, "nvmlDeviceGetPersistenceMode", handle)
+        record["persistence_mode"] = None if persistence is None else bool(persistence)
+        mode = self.call(label, "nvmlDeviceGetComputeMode", handle)
+        record["compute_mode"] = _COMPUTE_MODES.get(mode) if mode is not None else None
+        record["power_limit_w"] = _watts(self.call(label, "nvmlDeviceGetPowerManagementLimit", handle))
+        constraints = self.call(label, "nvmlDeviceGetPowerManagementLimitConstraints", handle)
+        if constraints is not None and len(constraints) == 2:
+            record["power_limit_min_w"] = _watts(constraints[0])
+            record["power_limit_max_w"] = _watts(constraints[1])
+        record["ecc"] = _pair(self.call(label, "nvmlDeviceGetEccMode", handle))
+        record["mig"] = _pair(self.call(label, "nvmlDeviceGetMigMode", handle))
+        if record["mig"]["current"]:
+            record["mig_devices"] = self.mig_devices(label, handle)
+        if "utilization" in self.gather:
+            rates = self.call(label, "nvmlDeviceGetUtilizationRates", handle)
+            record["utilization"] = {
+                "gpu": None if rates is None else int(rates.gpu),
+                "memory": None if rates is None else int(rates.memory),
+            }
+            temperature = self.call(label, "nvmlDeviceGetTemperature", handle, getattr(self.nv, "NVML_TEMPERATURE_GPU", 0))
+            record["temperature_c"] = None if temperature is None else int(temperature)
+            record["power_draw_w"] = _watts(self.call(label, "nvmlDeviceGetPowerUsage", handle))
+        if "processes" in self.gather:
+            record["processes"] = self.processes(label, handle)
+
+    def mig_devices(self, label: str, handle: t.Any) -> list[dict[str, t.Any]]:
+        count = self.call(label, "nvmlDeviceGetMaxMigDeviceCount", handle) or 0
+        devices = []
+        for slot in range(count):
+            mig = self.call(label, "nvmlDeviceGetMigDeviceHandleByIndex", handle, slot)
+            if mig is None:
+                continue
+            name = to_text(self.call(label, "nvmlDeviceGetName", mig))
+            memory = self.call(label, "nvmlDeviceGetMemoryInfo", mig)
+            devices.append(
+                {
+                    "uuid": to_text(self.call(label, "nvmlDeviceGetUUID", mig)),
+                    "gi": self.call(label, "nvmlDeviceGetGpuInstanceId", mig),
+                    "ci": self.call(label, "nvmlDeviceGetComputeInstanceId", mig),
+                    "profile": mig_profile_from_name(name),
+                    "memory_mib": None if memory is None else int(memory.total) // MIB,
+                }
+            )
+        devices.sort(key=lambda d: (d["gi"] if d["gi"] is not None else -1, d["ci"] if d["ci"] is not None else -1))
+        return devices
+
+    def processes(self, label: str, handle: t.Any) -> list[dict[str, t.Any]]:
+        found: dict[int, dict[str, t.Any]] = {}
+        for kind, func in (("C", "nvmlDeviceGetComputeRunningProcesses"), ("G", "nvmlDeviceGetGraphicsRunningProcesses")):
+            for proc in self.call(label, func, handle) or []:
+                pid = int(proc.pid)
+                if pid in found:
+                    found[pid]["type"] = "C+G"
+                    continue
+                used = getattr(proc, "usedGpuMemory", None)
+                found[pid] = {
+                    "pid": pid,
+                    "type": kind,
+                    "name": None,
+                    "used_memory_mib": None if used is None else int(used) // MIB,
+                    "gpu_instance_id": _na32(getattr(proc, "gpuInstanceId", None)),
+                    "compute_instance_id": _na32(getattr(proc, "computeInstanceId", None)),
+                }
+        for pid, entry in found.items():
+            entry["name"] = to_text(self.call(label, "nvmlSystemGetProcessName", pid))
+        return [found[pid] for pid in sorted(found)]
+
+    def topology(self, records: list[dict[str, t.Any]], handles: list[t.Any]) -> None:
+        max_links = int(getattr(self.nv, "NVML_NVLINK_MAX_LINKS", 18))
+        nvlink_caps = getattr(self.nv, "NVML_P2P_CAPS_INDEX_NVLINK", 2)
+        p2p_ok = getattr(self.nv, "NVML_P2P_STATUS_OK", 0)
+        links: list[list[str | None]] = []
+        for record, handle in zip(records, handles):
+            label = "GPU %s" % record["index"]
+            remotes: list[str | None] = []
+            if handle is not None:
+                try:
+                    for link in range(max_links):
+                        state = self.call(label, "nvmlDeviceGetNvLinkState", handle, link)
+                        if not state:
+                            continue
+                        remote = self.call(label, "nvmlDeviceGetNvLinkRemotePciInfo", handle, link)
+                        remotes.append(normalize_bus_id(getattr(remote, "busId", None)) if remote is not None else None)
+                except GpuLost:
+                    remotes = []
+            links.append(remotes)
+        for i, (record, handle) in enumerate(zip(records, handles)):
+            if handle is None:
+                continue
+            label = "GPU %s" % record["index"]
+            peers = []
+            for j, (other, other_handle) in enumerate(zip(records, handles)):
+                if i == j or other_handle is None:
+                    continue
+                try:
+                    direct = sum(1 for bus in links[i] if bus and bus == other["pci_bus_id"])
+                    link_name = None
+                    if direct:
+                        link_name = "NV%d" % direct
+                    elif links[i] and self.call(label, "nvmlDeviceGetP2PStatus", handle, other_handle, nvlink_caps) == p2p_ok:
+                        # Reached through NVSwitches: nvidia-smi topo -m shows all of the GPU's active links.
+                        link_name = "NV%d" % len(links[i])
+                    else:
+                        level = self.call(label, "nvmlDeviceGetTopologyCommonAncestor", handle, other_handle)
+                        link_name = _TOPOLOGY_LEVELS.get(level) if level is not None else None
+                except GpuLost:
+                    link_name = None
+                peers.append({"index": other["index"], "pci_bus_id": other["pci_bus_id"], "link": link_name})
+            record["topology"] = {"nvlink_active_links": len(links[i]), "peers": peers}
+
+
+def _watts(milliwatts: t.Any) -> float | None:
+    if milliwatts is None:
+        return None
+    return round(int(milliwatts) / 1000.0, 2)
+
+
+def _pair(value: t.Any) -> dict[str, bool | None]:
+    if value is None or len(value) != 2:
+        return {"current": None, "pending": None}
+    return {"current": bool(value[0]), "pending": bool(value[1])}
+
+
+def _na32(value: t.Any) -> int | None:
+    if value is None:
+        return None
+    value = int(value)
+    return None if value in (_NA_32, -1) else value
+
+
+def mig_profile_from_name(name: str | None) -> str | None:
+    """``NVIDIA A100-SXM4-40GB MIG 3g.20gb`` -> ``3g.20gb``; ``... MIG 1c.3g.20gb`` -> ``1c.3g.20gb``."""
+    if not name:
+        return None
+    match = re.search(r"\bMIG\s+((?:\d+c\.)?\d+g\.\d+gb(?:\+\w+)?)\s*$", name)
+    return match.group(1) if match else None
+
+
+def empty_gpu_record(index: int | None) -> dict[str, t.Any]:
+    """Every per-GPU key of the facts schema, unset."""
+    return {
+        "index": index,
+        "uuid": None,
+        "name": None,
+        "pci_bus_id": None,
+        "pci_device_id": None,
+        "architecture": None,
+        "compute_capability": None,
+        "memory_total_mib": None,
+        "persistence_mode": None,
+        "compute_mode": None,
+        "power_limit_w": None,
+        "power_limit_min_w": None,
+        "power_limit_max_w": None,
+        "ecc": {"current": None, "pending": None},
+        "mig": {"current": None, "pending": None},
+        "mig_devices": [],
+        "bound_driver": None,
+        "iommu_group": None,
+        "numa_node": None,
+        "state": STATE_OK,
+        "message": None,
+        "source": None,
+    }
+
+
+def collect(gather: t.Iterable[str] = (), nv: t.Any = None) -> dict[str, t.Any]:
+    """Query NVML. Returns {available, state, message, messages, driver, gpus}; never raises on NVML errors."""
+    result: dict[str, t.Any] = {
+        "available": False,
+        "state": STATE_ERROR,
+        "message": None,
+        "messages": [],
+        "driver": {"version": None, "cuda_version": None, "nvml_version": None},
+        "gpus": [],
+    }
+    if nv is None:
+        nv, trace = load_pynvml()
+        if nv is None:
+            result["state"] = STATE_LIBRARY_NOT_FOUND
+            last = (trace or "").strip().splitlines()[-1:] or [""]
+            result["message"] = "NVML: the Python library nvidia-ml-py (module pynvml) is not installed for %s (%s)" % (
+                sys.executable,
+                last[0],
+            )
+            return result
+    error_cls = _nvml_error(nv)
+    try:
+        nv.nvmlInit()
+    except error_cls as exc:
+        result["state"] = error_state(nv, exc)
+        result["message"] = "NVML: nvmlInit failed: %s" % _describe(exc)
+        return result
+    try:
+        return _collect_initialised(nv, gather, result)
+    finally:
+        try:
+            nv.nvmlShutdown()
+        except error_cls:
+            pass
+
+
+def _collect_initialised(nv: t.Any, gather: t.Iterable[str], result: dict[str, t.Any]) -> dict[str, t.Any]:
+    collector = _Collector(nv, gather)
+    error_cls = collector.error_cls
+    try:
+        result["driver"]["version"] = to_text(collector.call("driver", "nvmlSystemGetDriverVersion"))
+        result["driver"]["nvml_version"] = to_text(collector.call("driver", "nvmlSystemGetNVMLVersion"))
+        result["driver"]["cuda_version"] = cuda_version_from_int(collector.call("driver", "nvmlSystemGetCudaDriverVersion"))
+    except GpuLost:
+        pass
+    try:
+        count = nv.nvmlDeviceGetCount()
+    except error_cls as exc:
+        result["state"] = error_state(nv, exc)
+        result["message"] = "NVML: nvmlDeviceGetCount failed: %s" % _describe(exc)
+        return result
+    gpus: list[dict[str, t.Any]] = []
+    handles: list[t.Any] = []
+    for index in range(count):
+        handle = None
+        record = empty_gpu_record(index)
+        record["source"] = "nvml"
+        try:
+            handle = nv.nvmlDeviceGetHandleByIndex(index)
+            collector.fill_gpu(record, handle)
+        except GpuLost as exc:
+            record["state"] = STATE_GPU_LOST
+            record["message"] = "NVML reports GPU %d as lost: %s" % (index, exc)
+            handle = None
+        except error_cls as exc:
+            state = error_state(nv, exc)
+            if state not in (STATE_GPU_LOST, STATE_NO_PERMISSION):
+                state = STATE_ERROR
+            record["state"] = state
+            record["message"] = "NVML: GPU %d: nvmlDeviceGetHandleByIndex failed: %s" % (index, _describe(exc))
+            handle = None
+        gpus.append(record)
+        handles.append(handle)
+    if "topology" in collector.gather:
+        collector.topology(gpus, handles)
+    result["gpus"] = gpus
+    result["messages"] = collector.messages
+    result["available"] = True
+    result["state"] = STATE_OK
+    return result
+

@@ -1,0 +1,164 @@
+# Copyright (c) gpuhost.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Shared fixtures: the fake NVML, the synthetic host tree, the fake nvidia-smi, and a module runner."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+import typing as t
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FAKES = os.path.join(HERE, "fakes")
+FIXTURES = os.path.join(HERE, "fixtures")
+OWN_XML = os.path.join(FIXTURES, "nvidia-smi-xml")
+# Public real-world captures live next to the repository, never inside it.
+SHARED_FIXTURES = os.path.normpath(os.path.join(HERE, "..", "..", "..", "shared", "fixtures"))
+
+if FAKES not in sys.path:
+    sys.path.insert(0, FAKES)
+
+import fake_pynvml  # noqa: E402  pylint: disable=wrong-import-position
+import sysfs  # noqa: E402  pylint: disable=wrong-import-position
+
+from ansible.module_utils import basic  # noqa: E402  pylint: disable=wrong-import-position
+from ansible.module_utils.testing import patch_module_args  # noqa: E402  pylint: disable=wrong-import-position
+
+
+class AnsibleExitJson(Exception):
+    """exit_json was called; the result is in args[0]."""
+
+
+class AnsibleFailJson(Exception):
+    """fail_json was called; the result is in args[0]."""
+
+
+@pytest.fixture
+def fake_nvml(monkeypatch: pytest.MonkeyPatch) -> t.Callable[..., fake_pynvml.FakeNVML]:
+    """``fake_nvml('h100_sxm_8x_nvswitch')`` installs a fake pynvml in sys.modules and returns its state.
+
+    Pass a dict instead of a name for an edited profile.
+    """
+
+    def install(profile: str | dict[str, t.Any]) -> fake_pynvml.FakeNVML:
+        fake = fake_pynvml.make_fake(profile)
+        monkeypatch.setitem(sys.modules, "pynvml", fake.module)
+        return fake
+
+    return install
+
+
+@pytest.fixture
+def no_pynvml(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make ``import pynvml`` fail, as on a host without nvidia-ml-py."""
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+
+
+@pytest.fixture
+def host_tree(tmp_path: t.Any) -> t.Callable[..., str]:
+    """``host_tree(profile)`` writes the synthetic sysfs/proc/dev/lib tree for a profile and returns its root."""
+
+    def build(profile: str | dict[str, t.Any], **kwargs: t.Any) -> str:
+        data = fake_pynvml.load_profile(profile) if isinstance(profile, str) else profile
+        root = tmp_path / "root"
+        root.mkdir(exist_ok=True)
+        return sysfs.build(str(root), data, **kwargs)
+
+    return build
+
+
+class FakeSmi:
+    """Drives ``tests/unit/fakes/fake_nvidia_smi.py`` through a ``nvidia-smi`` wrapper in a temporary bin dir."""
+
+    def __init__(self, bin_dir: str, monkeypatch: pytest.MonkeyPatch):
+        self.bin_dir = bin_dir
+        self.path = os.path.join(bin_dir, "nvidia-smi")
+        self.log = os.path.join(bin_dir, "calls.jsonl")
+        self.monkeypatch = monkeypatch
+        with open(self.path, "w", encoding="utf-8") as handle:
+            handle.write('#!/bin/sh\nexec "%s" "%s" "$@"\n' % (sys.executable, os.path.join(FAKES, "fake_nvidia_smi.py")))
+        os.chmod(self.path, os.stat(self.path).st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+        monkeypatch.setenv("FAKE_NVIDIA_SMI_LOG", self.log)
+        for name in ("FAKE_NVIDIA_SMI_SCENARIO", "FAKE_NVIDIA_SMI_STDOUT", "FAKE_NVIDIA_SMI_STDERR", "FAKE_NVIDIA_SMI_RC"):
+            monkeypatch.delenv(name, raising=False)
+
+    def replay(self, stdout: str | None = None, rc: int = 0, stderr: str | None = None, scenario: str | None = None) -> "FakeSmi":
+        if scenario:
+            self.monkeypatch.setenv("FAKE_NVIDIA_SMI_SCENARIO", scenario)
+        if stdout:
+            self.monkeypatch.setenv("FAKE_NVIDIA_SMI_STDOUT", stdout)
+        if stderr:
+            self.monkeypatch.setenv("FAKE_NVIDIA_SMI_STDERR", stderr)
+        self.monkeypatch.setenv("FAKE_NVIDIA_SMI_RC", str(rc))
+        return self
+
+    @property
+    def calls(self) -> list[dict[str, t.Any]]:
+        if not os.path.exists(self.log):
+            return []
+        with open(self.log, "r", encoding="utf-8") as handle:
+            return [json.loads(line) for line in handle]
+
+
+@pytest.fixture
+def fake_smi(tmp_path: t.Any, monkeypatch: pytest.MonkeyPatch) -> FakeSmi:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    return FakeSmi(str(bin_dir), monkeypatch)
+
+
+def canned_runner(table: dict[tuple[str, ...], tuple[int, str, str]]) -> t.Callable[[list[str]], tuple[int, str, str]]:
+    """A run_command stand-in answering from a table of ``argv tuple -> (rc, stdout, stderr)``; records the calls."""
+    calls: list[list[str]] = []
+
+    def run(args: list[str]) -> tuple[int, str, str]:
+        calls.append(list(args))
+        return table[tuple(args)]
+
+    run.calls = calls  # type: ignore[attr-defined]
+    return run
+
+
+@pytest.fixture
+def run_module(monkeypatch: pytest.MonkeyPatch) -> t.Callable[..., dict[str, t.Any]]:
+    """Run a module's main() with arguments; return its result dict (``failed`` is True after fail_json).
+
+    ``smi`` is a FakeSmi (or None): get_bin_path('nvidia-smi') finds only that fake, never a real binary on the
+    machine running the tests.
+    """
+
+    def run(module: t.Any, args: dict[str, t.Any], smi: FakeSmi | None = None, check_mode: bool = False) -> dict[str, t.Any]:
+        looked_up: list[str] = []
+
+        def get_bin_path(self: t.Any, arg: str, required: bool = False, opt_dirs: t.Any = None) -> str | None:
+            looked_up.append(arg)
+            if smi is not None and arg == "nvidia-smi":
+                return smi.path
+            return None
+
+        def exit_json(self: t.Any, **kwargs: t.Any) -> None:
+            raise AnsibleExitJson(kwargs)
+
+        def fail_json(self: t.Any, **kwargs: t.Any) -> None:
+            kwargs["failed"] = True
+            raise AnsibleFailJson(kwargs)
+
+        monkeypatch.setattr(basic.AnsibleModule, "get_bin_path", get_bin_path)
+        monkeypatch.setattr(basic.AnsibleModule, "exit_json", exit_json)
+        monkeypatch.setattr(basic.AnsibleModule, "fail_json", fail_json)
+        if check_mode:
+            args = dict(args, _ansible_check_mode=True)
+        with patch_module_args(args):
+            with pytest.raises((AnsibleExitJson, AnsibleFailJson)) as caught:
+                module.main()
+        result = caught.value.args[0]
+        result["_bin_lookups"] = looked_up
+        return result
+
+    return run
