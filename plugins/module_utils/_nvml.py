@@ -412,4 +412,3 @@ def _collect_initialised(nv: t.Any, gather: t.Iterable[str], result: dict[str, t
     result["available"] = True
     result["state"] = STATE_OK
     return result
-

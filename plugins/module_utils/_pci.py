@@ -288,7 +288,7 @@ def find_library(root: str, soname: str) -> str | None:
     """The host path of a shared library, from the ld.so cache, else the standard library directories."""
     candidates = _ld_cache_paths(root, soname) + [os.path.join(d, soname) for d in STANDARD_LIB_DIRS]
     for candidate in candidates:
-        if os.path.exists(_join(root, candidate)):
+        if _resolve_in_root(root, candidate) is not None:
             return candidate
     return None
 

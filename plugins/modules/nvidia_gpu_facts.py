@@ -20,7 +20,7 @@ description:
     and does not fail.
   - The module only reads. It changes nothing on the host.
 author:
-  - gpuhost.nvidia contributors
+  - gpuhost.nvidia developers (@gpuhost)
 requirements:
   - Linux with sysfs mounted at C(/sys) for the PCI scan.
   - For the richest facts, the NVIDIA driver and the Python package C(nvidia-ml-py) on the managed host.
