@@ -6,26 +6,19 @@
 
 from __future__ import annotations
 
-import json
 import os
-import stat
 import sys
 import typing as t
 
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-FAKES = os.path.join(HERE, "fakes")
-FIXTURES = os.path.join(HERE, "fixtures")
-OWN_XML = os.path.join(FIXTURES, "nvidia-smi-xml")
-# Public real-world captures live next to the repository, never inside it.
-SHARED_FIXTURES = os.path.normpath(os.path.join(HERE, "..", "..", "..", "shared", "fixtures"))
-
+FAKES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fakes")
 if FAKES not in sys.path:
     sys.path.insert(0, FAKES)
 
 import fake_pynvml  # noqa: E402  pylint: disable=wrong-import-position
 import sysfs  # noqa: E402  pylint: disable=wrong-import-position
+from gpufacts_support import FakeSmi  # noqa: E402  pylint: disable=wrong-import-position
 
 from ansible.module_utils import basic  # noqa: E402  pylint: disable=wrong-import-position
 from ansible.module_utils.testing import patch_module_args  # noqa: E402  pylint: disable=wrong-import-position
@@ -73,56 +66,11 @@ def host_tree(tmp_path: t.Any) -> t.Callable[..., str]:
     return build
 
 
-class FakeSmi:
-    """Drives ``tests/unit/fakes/fake_nvidia_smi.py`` through a ``nvidia-smi`` wrapper in a temporary bin dir."""
-
-    def __init__(self, bin_dir: str, monkeypatch: pytest.MonkeyPatch):
-        self.bin_dir = bin_dir
-        self.path = os.path.join(bin_dir, "nvidia-smi")
-        self.log = os.path.join(bin_dir, "calls.jsonl")
-        self.monkeypatch = monkeypatch
-        with open(self.path, "w", encoding="utf-8") as handle:
-            handle.write('#!/bin/sh\nexec "%s" "%s" "$@"\n' % (sys.executable, os.path.join(FAKES, "fake_nvidia_smi.py")))
-        os.chmod(self.path, os.stat(self.path).st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-        monkeypatch.setenv("FAKE_NVIDIA_SMI_LOG", self.log)
-        for name in ("FAKE_NVIDIA_SMI_SCENARIO", "FAKE_NVIDIA_SMI_STDOUT", "FAKE_NVIDIA_SMI_STDERR", "FAKE_NVIDIA_SMI_RC"):
-            monkeypatch.delenv(name, raising=False)
-
-    def replay(self, stdout: str | None = None, rc: int = 0, stderr: str | None = None, scenario: str | None = None) -> "FakeSmi":
-        if scenario:
-            self.monkeypatch.setenv("FAKE_NVIDIA_SMI_SCENARIO", scenario)
-        if stdout:
-            self.monkeypatch.setenv("FAKE_NVIDIA_SMI_STDOUT", stdout)
-        if stderr:
-            self.monkeypatch.setenv("FAKE_NVIDIA_SMI_STDERR", stderr)
-        self.monkeypatch.setenv("FAKE_NVIDIA_SMI_RC", str(rc))
-        return self
-
-    @property
-    def calls(self) -> list[dict[str, t.Any]]:
-        if not os.path.exists(self.log):
-            return []
-        with open(self.log, "r", encoding="utf-8") as handle:
-            return [json.loads(line) for line in handle]
-
-
 @pytest.fixture
 def fake_smi(tmp_path: t.Any, monkeypatch: pytest.MonkeyPatch) -> FakeSmi:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     return FakeSmi(str(bin_dir), monkeypatch)
-
-
-def canned_runner(table: dict[tuple[str, ...], tuple[int, str, str]]) -> t.Callable[[list[str]], tuple[int, str, str]]:
-    """A run_command stand-in answering from a table of ``argv tuple -> (rc, stdout, stderr)``; records the calls."""
-    calls: list[list[str]] = []
-
-    def run(args: list[str]) -> tuple[int, str, str]:
-        calls.append(list(args))
-        return table[tuple(args)]
-
-    run.calls = calls  # type: ignore[attr-defined]
-    return run
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from conftest import OWN_XML, SHARED_FIXTURES, canned_runner
+from gpufacts_support import OWN_XML, SHARED_FIXTURES, canned_runner
 
 from ansible_collections.gpuhost.nvidia.plugins.module_utils import _catalog, _smi
 

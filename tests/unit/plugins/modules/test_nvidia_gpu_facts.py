@@ -12,7 +12,7 @@ import yaml
 
 import fake_pynvml
 import sysfs
-from conftest import OWN_XML
+from gpufacts_support import OWN_XML
 
 from ansible_collections.gpuhost.nvidia.plugins.module_utils import _pci
 from ansible_collections.gpuhost.nvidia.plugins.modules import nvidia_gpu_facts
