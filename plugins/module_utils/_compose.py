@@ -1,0 +1,736 @@
+# Copyright (c) gpuhost.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Pure builder: a GPU request plus ``ansible_facts.nvidia_gpu`` in, a compose override document out.
+
+Private to this collection: no compatibility promise outside gpuhost.nvidia.
+
+Nothing here touches the host. ``build`` validates the whole request, places the services on GPUs, and returns the
+service entries; ``merge`` puts them into an existing override document; ``render`` turns the document into YAML.
+Every problem is raised as ``ComposeError`` with a message that names the service and the value at fault.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import traceback
+import typing as t
+from dataclasses import dataclass, field
+
+try:
+    import yaml
+except ImportError:  # pragma: no cover - exercised through the module's missing_required_lib path
+    HAS_YAML = False
+    YAML_IMPORT_ERROR: str | None = traceback.format_exc()
+else:
+    HAS_YAML = True
+    YAML_IMPORT_ERROR = None
+
+STRATEGIES = ("explicit", "spread", "pack", "exclusive")
+ID_FORMATS = ("uuid", "index")
+DRIVERS = ("nvidia", "cdi")
+CAPABILITIES = ("gpu", "compute", "utility", "graphics", "video", "display")
+# Capabilities that are NVIDIA driver capabilities (NVIDIA_DRIVER_CAPABILITIES); "gpu" only selects the device driver.
+DRIVER_CAPABILITIES = ("compute", "utility", "graphics", "video", "display")
+DEFAULT_DRIVER_CAPABILITIES = "compute,utility"
+DEFAULT_CDI_KIND = "nvidia.com/gpu"
+HEADER = "# GPU override written by Ansible (gpuhost.nvidia.gpu_compose_override). Services that the task\n" \
+    "# does not manage are kept as they are; managed services are rewritten on every run.\n"
+
+# Well-known variables per framework. Values are strings, as compose passes them on. NVIDIA_DRIVER_CAPABILITIES and
+# NVIDIA_VISIBLE_DEVICES in the nvidia preset are filled in from the service's capabilities and devices.
+PRESETS: dict[str, dict[str, str]] = {
+    "nvidia": {},
+    "cuda": {
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        "CUDA_CACHE_PATH": "/tmp/cuda-cache",
+        "CUDA_CACHE_MAXSIZE": "4294967296",
+        "CUDA_MODULE_LOADING": "LAZY",
+    },
+    "cudnn": {
+        "CUDNN_LOGERR_DBG": "1",
+        "CUDNN_LOGDEST_DBG": "stderr",
+    },
+    "pytorch": {
+        "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+        "PYTORCH_NVML_BASED_CUDA_CHECK": "1",
+    },
+    "tensorflow": {
+        "TF_FORCE_GPU_ALLOW_GROWTH": "true",
+        "TF_CPP_MIN_LOG_LEVEL": "1",
+    },
+}
+
+# Where the facts may keep each VM-mode library, newest spelling first. The value is the soname path.
+LIBRARY_KEYS: dict[str, tuple[str, ...]] = {
+    "libnvidia-ml.so.1": ("nvml", "libnvidia-ml.so.1", "libnvidia-ml.so", "libnvidia-ml"),
+    "libcuda.so.1": ("cuda", "libcuda.so.1", "libcuda.so", "libcuda"),
+}
+
+_INDEX_RE = re.compile(r"^\d+$")
+_MIG_REF_RE = re.compile(r"^(\d+):(\d+)$")
+_GPU_UUID_RE = re.compile(r"^GPU-[0-9A-F-]+$", re.IGNORECASE)
+_MIG_UUID_RE = re.compile(r"^MIG-[0-9A-Z/-]+$", re.IGNORECASE)
+_CDI_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*=[A-Za-z0-9_.:-]+$")
+_IPC_RE = re.compile(r"^(host|private|shareable|none|(service|container):[A-Za-z0-9_.-]+)$")
+_SIZE_RE = re.compile(r"^\d+(\.\d+)?\s*([bkmgt]|[kmgt]b|[kmgt]ib)?$", re.IGNORECASE)
+_ULIMIT_NAME_RE = re.compile(r"^[a-z]+$")
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+_SERVICE_NAME_RE = re.compile(r"^[a-zA-Z0-9._-]+$")
+PASSTHROUGH_DRIVERS = ("vfio-pci", "pci-stub", "nouveau")
+
+
+class ComposeError(ValueError):
+    """The request cannot be met. The message names the service and the problem."""
+
+
+@dataclass
+class Unit:
+    """One placeable device: a whole GPU, or one MIG device of a GPU."""
+
+    gpu_index: int
+    uuid: str | None
+    index_id: str  # "3" for a GPU, "3:1" for a MIG device
+    memory_mib: int | None
+    name: str | None = None
+    mig: bool = False
+
+    def ident(self, id_format: str) -> str:
+        if id_format == "uuid" and self.uuid:
+            return self.uuid
+        return self.index_id
+
+
+@dataclass
+class Plan:
+    """What ``build`` decided: the service entries, the devices per service, and warnings for the result."""
+
+    services: dict[str, dict[str, t.Any]] = field(default_factory=dict)
+    assignment: dict[str, list[str]] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------------------------------- facts access
+
+
+def _gpus(facts: dict[str, t.Any] | None) -> list[dict[str, t.Any]]:
+    return [g for g in (facts or {}).get("gpus") or [] if isinstance(g, dict)]
+
+
+def _mig_on(gpu: dict[str, t.Any]) -> bool:
+    mig = gpu.get("mig")
+    if isinstance(mig, dict):
+        return bool(mig.get("current"))
+    return bool(mig)
+
+
+def _gpu_label(gpu: dict[str, t.Any]) -> str:
+    bits = [b for b in (gpu.get("name"), gpu.get("pci_bus_id")) if b]
+    return "GPU %s%s" % (gpu.get("index"), " (%s)" % ", ".join(bits) if bits else "")
+
+
+def _usable(gpu: dict[str, t.Any]) -> str | None:
+    """Why containers cannot use this GPU, or None when they can."""
+    if gpu.get("index") is None:
+        return "%s has no index in the facts (the driver does not see it)" % _gpu_label(gpu)
+    driver = gpu.get("bound_driver")
+    if driver in PASSTHROUGH_DRIVERS:
+        return "%s is bound to %s, so containers on this host cannot use it" % (_gpu_label(gpu), driver)
+    return None
+
+
+def library_paths(facts: dict[str, t.Any]) -> dict[str, t.Any]:
+    """The driver library paths from ``driver.library_paths`` or, failing that, a top-level ``library_paths``."""
+    driver = facts.get("driver") or {}
+    found = driver.get("library_paths") if isinstance(driver, dict) else None
+    if not isinstance(found, dict) or not found:
+        found = facts.get("library_paths")
+    return found if isinstance(found, dict) else {}
+
+
+# --------------------------------------------------------------------------------------------------- validation
+
+
+def _check_size(value: t.Any) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return value > 0
+    return isinstance(value, str) and bool(_SIZE_RE.match(value.strip()))
+
+
+def _ulimit_value(value: t.Any) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return value >= -1
+    if isinstance(value, str):
+        return bool(re.match(r"^-?\d+$", value))
+    return False
+
+
+def _normalise_ulimits(name: str, ulimits: dict[str, t.Any], errors: list[str]) -> dict[str, t.Any]:
+    out: dict[str, t.Any] = {}
+    for key in sorted(ulimits):
+        value = ulimits[key]
+        if not _ULIMIT_NAME_RE.match(str(key)):
+            errors.append("service %r: ulimit name %r must be lower-case letters (for example memlock or stack)" % (name, key))
+            continue
+        if isinstance(value, dict):
+            if set(value) != {"soft", "hard"} or not all(_ulimit_value(v) for v in value.values()):
+                errors.append("service %r: ulimit %s must be a number or a mapping with exactly soft and hard numbers" % (name, key))
+                continue
+            out[key] = {"soft": int(value["soft"]), "hard": int(value["hard"])}
+        elif _ulimit_value(value):
+            out[key] = int(value)
+        else:
+            errors.append("service %r: ulimit %s=%r is not a number (-1 means unlimited)" % (name, key, value))
+    return out
+
+
+def _validate_service(svc: dict[str, t.Any], strategy: str, errors: list[str]) -> None:
+    name = svc.get("name")
+    if not isinstance(name, str) or not _SERVICE_NAME_RE.match(name):
+        errors.append("service name %r is not a valid compose service name" % (name,))
+        return
+    count = svc.get("count")
+    ids = svc.get("device_ids")
+    if count is not None and ids:
+        errors.append("service %r: count and device_ids are mutually exclusive; give one of them" % name)
+    if count is not None and not (count == "all" or (isinstance(count, int) and not isinstance(count, bool) and count >= 1)):
+        if isinstance(count, str) and _INDEX_RE.match(count) and int(count) >= 1:
+            svc["count"] = int(count)
+        else:
+            errors.append("service %r: count must be a positive number or 'all', not %r" % (name, count))
+    if strategy != "explicit":
+        if ids:
+            errors.append("service %r: device_ids only go with strategy explicit; strategy %s places by count" % (name, strategy))
+        if count == "all":
+            errors.append("service %r: count 'all' only goes with strategy explicit, not %s" % (name, strategy))
+    if strategy == "pack" and svc.get("memory_mib") is None:
+        errors.append("service %r: strategy pack needs memory_mib, the GPU memory the service needs" % name)
+    memory = svc.get("memory_mib")
+    if memory is not None and (isinstance(memory, bool) or not isinstance(memory, int) or memory < 1):
+        errors.append("service %r: memory_mib must be a positive number of MiB, not %r" % (name, memory))
+    driver = svc.get("driver") or "nvidia"
+    if driver not in DRIVERS:
+        errors.append("service %r: driver %r is not one of %s" % (name, driver, ", ".join(DRIVERS)))
+    for cap in svc.get("capabilities") or []:
+        if cap not in CAPABILITIES:
+            errors.append("service %r: unknown capability %r (known: %s)" % (name, cap, ", ".join(CAPABILITIES)))
+    for preset in svc.get("environment_presets") or []:
+        if preset not in PRESETS:
+            errors.append("service %r: unknown environment preset %r (known: %s)" % (name, preset, ", ".join(sorted(PRESETS))))
+    for key in (svc.get("environment") or {}):
+        if not _ENV_NAME_RE.match(str(key)):
+            errors.append("service %r: environment variable name %r is not valid" % (name, key))
+    ipc = svc.get("ipc")
+    if ipc is not None and not _IPC_RE.match(str(ipc)):
+        errors.append("service %r: ipc %r must be host, private, shareable, none, service:NAME or container:NAME" % (name, ipc))
+    shm = svc.get("shm_size")
+    if shm is not None and not _check_size(shm):
+        errors.append("service %r: shm_size %r must be a byte count or a size such as 8g or 512m" % (name, shm))
+    ulimits = svc.get("ulimits")
+    if ulimits is not None and not isinstance(ulimits, dict):
+        errors.append("service %r: ulimits must be a mapping such as {memlock: -1, stack: 67108864}" % name)
+    runtime = svc.get("runtime")
+    if runtime is not None and (not isinstance(runtime, str) or not runtime.strip()):
+        errors.append("service %r: runtime must be a runtime name such as nvidia" % name)
+
+
+# --------------------------------------------------------------------------------------------------- device ids
+
+
+class _Resolver:
+    """Turns device ids into facts-backed units, naming ids that are not on the host."""
+
+    def __init__(self, facts: dict[str, t.Any] | None, warnings: list[str]):
+        self.facts = facts
+        self.warnings = warnings
+        self.gpus = _gpus(facts)
+        self.by_index = {g["index"]: g for g in self.gpus if g.get("index") is not None}
+        self.by_uuid = {str(g["uuid"]).lower(): g for g in self.gpus if g.get("uuid")}
+        self.mig_by_uuid: dict[str, tuple[dict[str, t.Any], int]] = {}
+        for gpu in self.gpus:
+            for pos, mig in enumerate(gpu.get("mig_devices") or []):
+                if isinstance(mig, dict) and mig.get("uuid"):
+                    self.mig_by_uuid[str(mig["uuid"]).lower()] = (gpu, pos)
+
+    def _gpu_unit(self, gpu: dict[str, t.Any], service: str, raw: t.Any) -> Unit:
+        why = _usable(gpu)
+        if why:
+            raise ComposeError("service %r: device id %r: %s" % (service, raw, why))
+        if _mig_on(gpu):
+            self.warnings.append(
+                "service %r: %s has MIG enabled; a container given the whole GPU sees no CUDA device unless it also gets "
+                "MIG devices (ask for them as %s:N or by MIG UUID)" % (service, _gpu_label(gpu), gpu["index"])
+            )
+        return Unit(gpu["index"], gpu.get("uuid"), str(gpu["index"]), gpu.get("memory_total_mib"), gpu.get("name"))
+
+    def _mig_unit(self, gpu: dict[str, t.Any], pos: int, service: str, raw: t.Any) -> Unit:
+        why = _usable(gpu)
+        if why:
+            raise ComposeError("service %r: device id %r: %s" % (service, raw, why))
+        if not _mig_on(gpu):
+            raise ComposeError(
+                "service %r: device id %r is a MIG device, but %s does not have MIG enabled" % (service, raw, _gpu_label(gpu))
+            )
+        migs = gpu.get("mig_devices") or []
+        if pos >= len(migs):
+            raise ComposeError(
+                "service %r: device id %r: %s has %d MIG device(s), so there is no MIG device %d"
+                % (service, raw, _gpu_label(gpu), len(migs), pos)
+            )
+        mig = migs[pos]
+        return Unit(gpu["index"], mig.get("uuid"), "%s:%s" % (gpu["index"], pos), mig.get("memory_mib"), mig.get("profile"), True)
+
+    def resolve(self, service: str, raw: t.Any) -> Unit:
+        text = str(raw).strip()
+        if isinstance(raw, bool) or not text:
+            raise ComposeError("service %r: device id %r is not a GPU index, a GPU-/MIG- UUID or a G:M MIG reference" % (service, raw))
+        if isinstance(raw, int) or _INDEX_RE.match(text):
+            index = int(text)
+            if index not in self.by_index:
+                raise ComposeError(
+                    "service %r: device id %s is not on this host (GPU indices here: %s)" % (service, index, self._indices())
+                )
+            return self._gpu_unit(self.by_index[index], service, raw)
+        match = _MIG_REF_RE.match(text)
+        if match:
+            index = int(match.group(1))
+            if index not in self.by_index:
+                raise ComposeError(
+                    "service %r: device id %r names GPU %s, which is not on this host (GPU indices here: %s)"
+                    % (service, text, index, self._indices())
+                )
+            return self._mig_unit(self.by_index[index], int(match.group(2)), service, text)
+        if _GPU_UUID_RE.match(text):
+            gpu = self.by_uuid.get(text.lower())
+            if gpu is None:
+                raise ComposeError("service %r: device id %s is not on this host (no GPU has that UUID)" % (service, text))
+            return self._gpu_unit(gpu, service, text)
+        if _MIG_UUID_RE.match(text):
+            found = self.mig_by_uuid.get(text.lower())
+            if found is None:
+                raise ComposeError("service %r: device id %s is not on this host (no MIG device has that UUID)" % (service, text))
+            return self._mig_unit(found[0], found[1], service, text)
+        raise ComposeError("service %r: device id %r is not a GPU index, a GPU-/MIG- UUID or a G:M MIG reference" % (service, raw))
+
+    def _indices(self) -> str:
+        return ", ".join(str(i) for i in sorted(self.by_index)) or "none"
+
+    def placeable(self) -> list[Unit]:
+        """Whole GPUs that the placement strategies may hand out: usable, and MIG off."""
+        units = []
+        for index in sorted(self.by_index):
+            gpu = self.by_index[index]
+            if _usable(gpu) or _mig_on(gpu):
+                continue
+            units.append(Unit(index, gpu.get("uuid"), str(index), gpu.get("memory_total_mib"), gpu.get("name")))
+        return units
+
+
+# --------------------------------------------------------------------------------------------------- placement
+
+
+def _fits(unit: Unit, need: int | None) -> bool:
+    return need is None or (unit.memory_mib is not None and unit.memory_mib >= need)
+
+
+def _describe(units: list[Unit]) -> str:
+    return ", ".join(
+        "%s%s" % (u.index_id, " (%s MiB)" % u.memory_mib if u.memory_mib is not None else "") for u in units
+    ) or "none"
+
+
+def place(strategy: str, services: list[dict[str, t.Any]], units: list[Unit]) -> dict[str, list[Unit]]:
+    """Assign whole GPUs to services by strategy. Raises ComposeError naming the shortfall."""
+    if strategy == "spread":
+        return _spread(services, units)
+    if strategy == "pack":
+        return _pack(services, units)
+    if strategy == "exclusive":
+        return _exclusive(services, units)
+    raise ComposeError("unknown strategy %r" % strategy)
+
+
+def _count(svc: dict[str, t.Any]) -> int:
+    count = svc.get("count")
+    return 1 if count is None else int(count)
+
+
+def _spread(services: list[dict[str, t.Any]], units: list[Unit]) -> dict[str, list[Unit]]:
+    out: dict[str, list[Unit]] = {}
+    cursor = 0
+    for svc in services:
+        need, memory = _count(svc), svc.get("memory_mib")
+        fitting = [u for u in units if _fits(u, memory)]
+        if need > len(fitting):
+            raise ComposeError(
+                "strategy spread: service %r needs %d GPU(s)%s but the host has %d that fit (%s); short by %d"
+                % (svc["name"], need, " with %d MiB" % memory if memory else "", len(fitting), _describe(units), need - len(fitting))
+            )
+        chosen: list[Unit] = []
+        step = 0
+        while len(chosen) < need:
+            unit = units[(cursor + step) % len(units)]
+            step += 1
+            if _fits(unit, memory) and unit not in chosen:
+                chosen.append(unit)
+        cursor = (cursor + step) % len(units)
+        out[svc["name"]] = sorted(chosen, key=lambda u: u.gpu_index)
+    return out
+
+
+def _pack(services: list[dict[str, t.Any]], units: list[Unit]) -> dict[str, list[Unit]]:
+    free = {u.index_id: u.memory_mib or 0 for u in units}
+    out: dict[str, list[Unit]] = {}
+    # First fit decreasing: the biggest requests choose first; ties keep the request order.
+    order = sorted(range(len(services)), key=lambda i: (-int(services[i]["memory_mib"]), i))
+    for i in order:
+        svc = services[i]
+        need, memory = _count(svc), int(svc["memory_mib"])
+        candidates = [u for u in units if free[u.index_id] >= memory]
+        if len(candidates) < need:
+            raise ComposeError(
+                "strategy pack: service %r needs %d GPU(s) with %d MiB free each, but only %d GPU(s) have that much left "
+                "(free MiB per GPU after the larger requests: %s); short by %d"
+                % (svc["name"], need, memory, len(candidates),
+                   ", ".join("%s: %d" % (u.index_id, free[u.index_id]) for u in units) or "none", need - len(candidates))
+            )
+        # Best fit: the GPU with the least room that still fits, so big GPUs stay free for big requests.
+        chosen = sorted(candidates, key=lambda u: (free[u.index_id], u.gpu_index))[:need]
+        for unit in chosen:
+            free[unit.index_id] -= memory
+        out[svc["name"]] = sorted(chosen, key=lambda u: u.gpu_index)
+    return {svc["name"]: out[svc["name"]] for svc in services}
+
+
+def _exclusive(services: list[dict[str, t.Any]], units: list[Unit]) -> dict[str, list[Unit]]:
+    total = sum(_count(s) for s in services)
+    if total > len(units):
+        raise ComposeError(
+            "strategy exclusive: services %s need %d GPU(s) of their own, but the host has %d GPU(s) that containers can "
+            "use (%s); short by %d"
+            % (", ".join(s["name"] for s in services), total, len(units), _describe(units), total - len(units))
+        )
+    taken: set[str] = set()
+    out: dict[str, list[Unit]] = {}
+    order = sorted(range(len(services)), key=lambda i: (-(services[i].get("memory_mib") or 0), i))
+    for i in order:
+        svc = services[i]
+        need, memory = _count(svc), svc.get("memory_mib")
+        candidates = [u for u in units if u.index_id not in taken and _fits(u, memory)]
+        if len(candidates) < need:
+            raise ComposeError(
+                "strategy exclusive: service %r needs %d GPU(s) of its own%s, but only %d are left that fit (%s); short by %d"
+                % (svc["name"], need, " with %d MiB" % memory if memory else "", len(candidates), _describe(candidates),
+                   need - len(candidates))
+            )
+        # With a memory need, the smallest GPU that fits (big GPUs stay free for big needs); without, index order.
+        chosen = sorted(candidates, key=lambda u: ((u.memory_mib or 0) if memory else 0, u.gpu_index))[:need]
+        taken.update(u.index_id for u in chosen)
+        out[svc["name"]] = sorted(chosen, key=lambda u: u.gpu_index)
+    return {svc["name"]: out[svc["name"]] for svc in services}
+
+
+# --------------------------------------------------------------------------------------------------- VM mode
+
+
+def vm_resources(facts: dict[str, t.Any] | None) -> tuple[list[str], list[dict[str, t.Any]]]:
+    """Device mappings and read-only library mounts for VM mode, from the facts only. Raises naming what is missing."""
+    if not facts:
+        raise ComposeError("vm_mode needs the nvidia_gpu facts (device nodes, driver version, library paths); none were given")
+    missing = []
+    driver = facts.get("driver") if isinstance(facts.get("driver"), dict) else {}
+    version = driver.get("library_version") or driver.get("version")
+    if not version:
+        missing.append("the driver version (nvidia_gpu.driver.version)")
+    paths = library_paths(facts)
+    libs: dict[str, str] = {}
+    for soname, keys in LIBRARY_KEYS.items():
+        path = next((paths[k] for k in keys if paths.get(k)), None)
+        if not path:
+            missing.append("the path of %s (nvidia_gpu.driver.library_paths.%s)" % (soname, keys[0]))
+        elif not isinstance(path, str) or not os.path.isabs(path):
+            missing.append("an absolute path of %s (the facts say %r)" % (soname, path))
+        else:
+            libs[soname] = path
+    nodes = [n for n in facts.get("device_nodes") or [] if isinstance(n, str) and n.startswith("/dev/nvidia")]
+    if not nodes:
+        missing.append("the /dev/nvidia* device nodes (nvidia_gpu.device_nodes is empty)")
+    if missing:
+        raise ComposeError("vm_mode: the facts lack %s; refusing to guess" % "; ".join(missing))
+    devices = ["%s:%s" % (n, n) for n in nodes]
+    volumes = []
+    for soname, path in libs.items():
+        directory = os.path.dirname(path)
+        base = soname.rsplit(".so", 1)[0]
+        for source in dict.fromkeys((path, os.path.join(directory, "%s.so.%s" % (base, version)))):
+            volumes.append({"type": "bind", "source": source, "target": source, "read_only": True})
+    return devices, volumes
+
+
+# --------------------------------------------------------------------------------------------------- build
+
+
+def _driver_capabilities(caps: list[str]) -> str:
+    wanted = [c for c in DRIVER_CAPABILITIES if c in caps]
+    return ",".join(wanted) if wanted else DEFAULT_DRIVER_CAPABILITIES
+
+
+def _reservation(svc: dict[str, t.Any], caps: list[str], ids: list[str] | None, cdi_kind: str) -> dict[str, t.Any]:
+    driver = svc.get("driver") or "nvidia"
+    entry: dict[str, t.Any] = {"driver": driver, "capabilities": caps}
+    count = svc.get("count")
+    if driver == "cdi":
+        if ids is None:
+            # CDI has no count: all devices, or the explicit list.
+            entry["device_ids"] = ["%s=all" % cdi_kind]
+        else:
+            entry["device_ids"] = [i if _CDI_NAME_RE.match(i) else "%s=%s" % (cdi_kind, i) for i in ids]
+    elif ids is not None:
+        entry["device_ids"] = ids
+    else:
+        entry["count"] = "all" if count in (None, "all") else int(count)
+    return entry
+
+
+def build(request: dict[str, t.Any], facts: dict[str, t.Any] | None) -> Plan:
+    """Validate the request, place the services, and return their compose entries."""
+    plan = Plan()
+    strategy = request.get("strategy") or "explicit"
+    id_format = request.get("id_format") or "uuid"
+    vm_mode = bool(request.get("vm_mode"))
+    cdi_kind = request.get("cdi_kind") or DEFAULT_CDI_KIND
+    services = [dict(s) for s in request.get("services") or []]
+    facts = facts or None
+
+    errors: list[str] = []
+    if strategy not in STRATEGIES:
+        errors.append("strategy %r is not one of %s" % (strategy, ", ".join(STRATEGIES)))
+    if id_format not in ID_FORMATS:
+        errors.append("id_format %r is not one of %s" % (id_format, ", ".join(ID_FORMATS)))
+    if not re.match(r"^[a-z0-9][a-z0-9.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$", cdi_kind):
+        errors.append("cdi_kind %r is not a CDI kind such as nvidia.com/gpu" % cdi_kind)
+    if not services:
+        errors.append("no services given")
+    seen: set[str] = set()
+    for svc in services:
+        _validate_service(svc, strategy, errors)
+        if svc.get("name") in seen:
+            errors.append("service %r is listed twice" % svc["name"])
+        seen.add(svc.get("name"))
+    if strategy != "explicit" and not facts:
+        errors.append("strategy %s places services from the GPU facts, and none were given" % strategy)
+    if errors:
+        raise ComposeError("; ".join(errors))
+
+    vm_devices: list[str] = []
+    vm_volumes: list[dict[str, t.Any]] = []
+    if vm_mode:
+        vm_devices, vm_volumes = vm_resources(facts)
+
+    resolver = _Resolver(facts, plan.warnings)
+    selected: dict[str, list[tuple[Unit | None, str]] | None] = {}
+    if strategy == "explicit":
+        usable = resolver.placeable() if facts else []
+        if not facts and any(s.get("device_ids") for s in services):
+            plan.warnings.append("no GPU facts were given, so device ids are written as given and not checked against the host")
+        for svc in services:
+            name = svc["name"]
+            ids = svc.get("device_ids") or []
+            if not ids:
+                count = svc.get("count")
+                if facts and isinstance(count, int) and count > len(usable):
+                    raise ComposeError(
+                        "service %r asks for %d GPU(s) but the host has %d that containers can use (%s); short by %d"
+                        % (name, count, len(usable), _describe(usable), count - len(usable))
+                    )
+                selected[name] = None
+                continue
+            selected[name] = [_explicit_id(resolver, svc, raw, id_format, cdi_kind, bool(facts)) for raw in ids]
+    else:
+        placed = place(strategy, services, resolver.placeable())
+        selected.update({name: [(u, u.ident(id_format)) for u in units] for name, units in placed.items()})
+
+    for svc in services:
+        name = svc["name"]
+        pairs = selected.get(name)
+        ids: list[str] | None = None
+        units: list[Unit] | None = None
+        if pairs is not None:
+            ids = list(dict.fromkeys(text for _unit, text in pairs))
+            units = list({u.index_id: u for u, _text in pairs if u is not None}.values()) if all(u for u, _ in pairs) else None
+            for unit, _text in pairs:
+                if unit is not None and id_format == "uuid" and not unit.uuid:
+                    plan.warnings.append(
+                        "service %r: the facts have no UUID for device %s, so it is named by index" % (name, unit.index_id)
+                    )
+        plan.assignment[name] = ids if ids is not None else (["all"] if svc.get("count") in (None, "all") else [])
+        plan.services[name] = _service_entry(svc, ids, units, vm_mode, vm_devices, vm_volumes, cdi_kind)
+    return plan
+
+
+def _explicit_id(
+    resolver: _Resolver, svc: dict[str, t.Any], raw: t.Any, id_format: str, cdi_kind: str, have_facts: bool
+) -> tuple[Unit | None, str]:
+    """One requested device id: the unit it names (when the facts say) and the id to write."""
+    name = svc["name"]
+    text = str(raw).strip()
+    if _CDI_NAME_RE.match(text):
+        if (svc.get("driver") or "nvidia") != "cdi":
+            raise ComposeError("service %r: %s is a CDI device name; set driver: cdi to use it" % (name, text))
+        return (_cdi_unit(resolver, name, text, cdi_kind) if have_facts else None), text
+    if have_facts:
+        unit = resolver.resolve(name, raw)
+        return unit, unit.ident(id_format)
+    if isinstance(raw, bool) or not (_INDEX_RE.match(text) or _MIG_REF_RE.match(text) or _GPU_UUID_RE.match(text)
+                                     or _MIG_UUID_RE.match(text)):
+        raise ComposeError("service %r: device id %r is not a GPU index, a GPU-/MIG- UUID or a G:M MIG reference" % (name, raw))
+    return None, text
+
+
+def _cdi_unit(resolver: _Resolver, service: str, raw: str, cdi_kind: str) -> Unit | None:
+    """A CDI name of our kind whose device part is an index, UUID or G:M is checked against the facts."""
+    kind, _sep, device = raw.partition("=")
+    if kind != cdi_kind or device == "all":
+        return None
+    if _INDEX_RE.match(device) or _MIG_REF_RE.match(device) or _GPU_UUID_RE.match(device) or _MIG_UUID_RE.match(device):
+        return resolver.resolve(service, device)
+    return None
+
+
+def _service_entry(
+    svc: dict[str, t.Any],
+    ids: list[str] | None,
+    units: list[Unit] | None,
+    vm_mode: bool,
+    vm_devices: list[str],
+    vm_volumes: list[dict[str, t.Any]],
+    cdi_kind: str,
+) -> dict[str, t.Any]:
+    caps = list(dict.fromkeys(svc.get("capabilities") or ["gpu"]))
+    driver = svc.get("driver") or "nvidia"
+    entry: dict[str, t.Any] = {}
+    env: dict[str, str] = {}
+    for preset in svc.get("environment_presets") or []:
+        env.update(PRESETS[preset])
+        if preset == "nvidia":
+            env["NVIDIA_DRIVER_CAPABILITIES"] = _driver_capabilities(caps)
+
+    # Visible devices, consistent with the reservation. UUIDs mean the same GPU inside and outside the container.
+    visible = _visible_devices(svc, ids, units, vm_mode)
+    env.update(visible)
+
+    if vm_mode:
+        entry["privileged"] = True
+        entry["devices"] = list(vm_devices)
+        entry["volumes"] = [dict(v) for v in vm_volumes]
+        env["NVIDIA_DRIVER_CAPABILITIES"] = "all"
+        env["NVIDIA_DISABLE_REQUIRE"] = "1"
+    else:
+        entry["deploy"] = {"resources": {"reservations": {"devices": [_reservation(svc, caps, ids, cdi_kind)]}}}
+        if driver == "cdi":
+            env.pop("NVIDIA_VISIBLE_DEVICES", None)
+
+    for key, value in (svc.get("environment") or {}).items():
+        env[str(key)] = _env_value(value)
+    if env:
+        entry["environment"] = dict(sorted(env.items()))
+    if svc.get("ipc") is not None:
+        entry["ipc"] = str(svc["ipc"])
+    if svc.get("shm_size") is not None:
+        shm = svc["shm_size"]
+        entry["shm_size"] = shm if isinstance(shm, int) else str(shm).strip()
+    if svc.get("ulimits"):
+        errors: list[str] = []
+        entry["ulimits"] = _normalise_ulimits(svc["name"], svc["ulimits"], errors)
+        if errors:
+            raise ComposeError("; ".join(errors))
+    if svc.get("runtime"):
+        entry["runtime"] = svc["runtime"].strip()
+    return entry
+
+
+def _visible_devices(svc: dict[str, t.Any], ids: list[str] | None, units: list[Unit] | None, vm_mode: bool) -> dict[str, str]:
+    count = svc.get("count")
+    if ids is None:
+        if count in (None, "all"):
+            return {"NVIDIA_VISIBLE_DEVICES": "all"}
+        # A bare count lets the engine choose the GPUs; it sets NVIDIA_VISIBLE_DEVICES itself.
+        return {}
+    env = {"NVIDIA_VISIBLE_DEVICES": ",".join(ids)}
+    if units and all(u.uuid for u in units) and len(units) == len(ids):
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(u.uuid for u in units if u.uuid)
+    elif units and len(units) == len(ids):
+        if vm_mode:
+            # Every GPU is visible in VM mode, so host indices in PCI bus order name the right ones.
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(u.index_id for u in units)
+            env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+        else:
+            # The container only sees its own devices, numbered from 0.
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(len(units)))
+    return env
+
+
+def _env_value(value: t.Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return ""
+    return str(value)
+
+
+# --------------------------------------------------------------------------------------------------- document
+
+
+def merge(existing: t.Any, services: dict[str, dict[str, t.Any]], prune: bool = False) -> dict[str, t.Any]:
+    """The new override document: the managed services replaced, everything else kept (unless prune)."""
+    if existing is None:
+        existing = {}
+    if not isinstance(existing, dict):
+        raise ComposeError("the existing override file is not a compose mapping (it holds a %s)" % type(existing).__name__)
+    current = existing.get("services") or {}
+    if not isinstance(current, dict):
+        raise ComposeError("the existing override file's services key is not a mapping")
+    document = {} if prune else {k: v for k, v in existing.items() if k != "services"}
+    merged = {} if prune else {k: v for k, v in current.items() if k not in services}
+    merged.update(services)
+    document["services"] = dict(sorted(merged.items()))
+    return document
+
+
+def unmanaged(existing: t.Any, services: dict[str, t.Any]) -> list[str]:
+    """Services in the existing document that this request does not manage."""
+    current = existing.get("services") if isinstance(existing, dict) else None
+    return sorted(k for k in (current or {}) if k not in services)
+
+
+if HAS_YAML:
+
+    class _Dumper(yaml.SafeDumper):  # pylint: disable=too-many-ancestors
+        """Block style with indented sequences, as people write compose files."""
+
+        def increase_indent(self, flow: bool = False, indentless: bool = False) -> t.Any:
+            return super().increase_indent(flow, False)
+
+
+def parse(text: str) -> t.Any:
+    """Load an existing override file. Raises ComposeError on YAML errors."""
+    if not HAS_YAML:
+        raise ComposeError("PyYAML is needed to read %s" % "the override file")
+    try:
+        return yaml.safe_load(text) if text.strip() else None
+    except yaml.YAMLError as exc:
+        raise ComposeError("the existing override file is not valid YAML: %s" % exc) from exc
+
+
+def render(document: dict[str, t.Any]) -> str:
+    """Deterministic YAML: sorted keys, block style, a fixed header."""
+    if not HAS_YAML:
+        raise ComposeError("PyYAML is needed to write the override file")
+    body = yaml.dump(document, Dumper=_Dumper, default_flow_style=False, sort_keys=True, allow_unicode=True, width=120)
+    return HEADER + "---\n" + body
