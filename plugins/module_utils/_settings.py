@@ -1,0 +1,618 @@
+# Copyright (c) gpuhost.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Pure planner for nvidia_smi_settings: desired settings vs the current state of each GPU -> per-GPU changes.
+
+Private to this collection: no compatibility promise outside gpuhost.nvidia.
+
+Nothing here talks to NVML or runs a command. The module reads each GPU into a *current view* (see
+:func:`current_view`), asks :func:`select` which GPUs a request means, :func:`validate` whether the request fits
+them, and :func:`plan_gpu` what to change. ECC and MIG mode changes are *pending* until a GPU reset or a reboot,
+so they are compared with the pending value, and a pending change is never planned twice.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+import typing as t
+
+from ansible_collections.gpuhost.nvidia.plugins.module_utils._common import normalize_bus_id
+
+COMPUTE_MODES = ("DEFAULT", "EXCLUSIVE_PROCESS", "PROHIBITED")
+# NVML's nvmlComputeMode_t values; EXCLUSIVE_THREAD (1) is deprecated and can only be read.
+COMPUTE_MODE_VALUES = {"DEFAULT": 0, "EXCLUSIVE_THREAD": 1, "PROHIBITED": 2, "EXCLUSIVE_PROCESS": 3}
+
+# The order in which settings are applied. Persistence first (it keeps the driver loaded for the rest),
+# MIG layout last (it needs MIG mode on).
+SETTINGS = (
+    "persistence_mode",
+    "compute_mode",
+    "power_limit",
+    "applications_clocks",
+    "locked_clocks",
+    "ecc",
+    "mig",
+)
+PENDING_SETTINGS = ("ecc", "mig")
+
+# NVML compute instance profile index (NVML_COMPUTE_INSTANCE_PROFILE_<n>_SLICE) by slice count.
+CI_PROFILE_BY_SLICES = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4, 8: 5, 6: 6}
+SLICES_BY_CI_PROFILE = {v: k for k, v in CI_PROFILE_BY_SLICES.items()}
+
+_GI_PROFILE_RE = re.compile(r"^(\d+)g\.(\d+)gb(\+[a-z]+)?$")
+_CI_PROFILE_RE = re.compile(r"^(?:(\d+)c\.)?(\d+g\.\d+gb(?:\+[a-z]+)?)$")
+_LIST_LIMIT = 16
+
+
+class SettingsError(Exception):
+    """A request that cannot be applied; raised before anything changes."""
+
+
+# -- naming ---------------------------------------------------------------------------------------------------
+def gpu_label(gpu: t.Mapping[str, t.Any]) -> str:
+    """``GPU 0 (0000:07:00.0, NVIDIA A100-SXM4-40GB)``."""
+    details = [str(v) for v in (gpu.get("pci_bus_id"), gpu.get("name")) if v]
+    return "GPU %s (%s)" % (gpu.get("index"), ", ".join(details)) if details else "GPU %s" % gpu.get("index")
+
+
+def diff_key(gpu: t.Mapping[str, t.Any]) -> str:
+    return "GPU %s %s" % (gpu.get("index"), gpu.get("uuid") or gpu.get("pci_bus_id") or "")
+
+
+def _values(values: t.Iterable[t.Any], unit: str = "") -> str:
+    items = list(values)
+    if not items:
+        return "none"
+    suffix = " %s" % unit if unit else ""
+    if len(items) <= _LIST_LIMIT:
+        return ", ".join(str(v) for v in items) + suffix
+    return "%s%s to %s%s (%d values)" % (min(items), suffix, max(items), suffix, len(items))
+
+
+def _watts(value: float | int | None) -> str:
+    if value is None:
+        return "unknown"
+    return ("%.2f" % value).rstrip("0").rstrip(".")
+
+
+def onoff(value: t.Any) -> str:
+    if value is None:
+        return "unknown"
+    return "enabled" if value else "disabled"
+
+
+# -- MIG profile names ----------------------------------------------------------------------------------------
+def normalize_gi_profile(name: str) -> str:
+    """``MIG 3g.20gb`` / ``3G.20GB`` -> ``3g.20gb``."""
+    text = str(name).strip().lower()
+    if text.startswith("mig "):
+        text = text[4:].strip()
+    return text
+
+
+def parse_ci_profile(name: str, gi_profile: str) -> tuple[int | None, str]:
+    """``1c.3g.20gb`` -> (1, ``3g.20gb``); ``3g.20gb`` -> (None, ``3g.20gb``) meaning the whole GPU instance."""
+    text = normalize_gi_profile(name)
+    match = _CI_PROFILE_RE.match(text)
+    if not match:
+        raise ValueError(name)
+    return (int(match.group(1)) if match.group(1) else None), match.group(2)
+
+
+def gi_slices_from_name(name: str) -> int | None:
+    match = _GI_PROFILE_RE.match(normalize_gi_profile(name))
+    return int(match.group(1)) if match else None
+
+
+def ci_profile_name(slices: int, gi_profile: str, gi_slices: int) -> str:
+    return gi_profile if slices == gi_slices else "%dc.%s" % (slices, gi_profile)
+
+
+# -- the request ----------------------------------------------------------------------------------------------
+def desired_from_params(params: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
+    """The module's options -> a normalized desired-state dict (None: leave that setting alone)."""
+    desired: dict[str, t.Any] = {
+        "persistence_mode": params.get("persistence_mode"),
+        "compute_mode": params.get("compute_mode"),
+        "power_limit": params.get("power_limit"),
+        "applications_clocks": None,
+        "locked_clocks": None,
+        "ecc": params.get("ecc"),
+        "mig": params.get("mig"),
+        "mig_layout": None,
+    }
+    apps = params.get("applications_clocks")
+    if apps is not None:
+        desired["applications_clocks"] = (
+            {"reset": True} if apps.get("reset") else {"memory_mhz": apps["memory_mhz"], "graphics_mhz": apps["graphics_mhz"]}
+        )
+    locked = params.get("locked_clocks")
+    if locked is not None:
+        desired["locked_clocks"] = {"reset": True} if locked.get("reset") else {"min_mhz": locked["min_mhz"], "max_mhz": locked["max_mhz"]}
+    layout = params.get("mig_layout")
+    if layout is not None:
+        desired["mig_layout"] = expand_layout(layout)
+    return desired
+
+
+def expand_layout(layout: t.Iterable[t.Mapping[str, t.Any]]) -> list[dict[str, t.Any]]:
+    """``[{profile: 1g.5gb, count: 2}]`` -> one entry per GPU instance with its compute instance profiles."""
+    expanded = []
+    for entry in layout:
+        profile = normalize_gi_profile(entry["profile"])
+        cis = entry.get("compute_instances")
+        ci_names = [normalize_gi_profile(c) for c in cis] if cis else [profile]
+        for dummy in range(int(entry.get("count", 1) if entry.get("count") is not None else 1)):
+            expanded.append({"profile": profile, "compute_instances": list(ci_names)})
+    return expanded
+
+
+def check_request(desired: t.Mapping[str, t.Any]) -> list[str]:
+    """Errors in the request itself, independent of the GPUs."""
+    errors = []
+    if desired["power_limit"] is not None and desired["power_limit"] <= 0:
+        errors.append("power_limit must be a positive number of watts, got %s" % _watts(desired["power_limit"]))
+    locked = desired["locked_clocks"]
+    if locked and not locked.get("reset") and locked["min_mhz"] > locked["max_mhz"]:
+        errors.append("locked_clocks: min_mhz %d is above max_mhz %d" % (locked["min_mhz"], locked["max_mhz"]))
+    if desired["mig_layout"] and desired["mig"] is False:
+        errors.append("mig_layout declares MIG instances but mig is false; set mig: true or drop mig_layout")
+    for entry in desired["mig_layout"] or []:
+        if gi_slices_from_name(entry["profile"]) is None:
+            errors.append("mig_layout: %r is not a GPU instance profile name such as 1g.5gb or 3g.20gb" % entry["profile"])
+            continue
+        for ci in entry["compute_instances"]:
+            try:
+                _count, gi = parse_ci_profile(ci, entry["profile"])
+            except ValueError:
+                errors.append("mig_layout: %r is not a compute instance profile name such as 1c.3g.20gb" % ci)
+                continue
+            if gi != entry["profile"]:
+                errors.append("mig_layout: compute instance %r does not belong to GPU instance profile %s" % (ci, entry["profile"]))
+    return errors
+
+
+def managed(desired: t.Mapping[str, t.Any]) -> list[str]:
+    return [key for key in SETTINGS + ("mig_layout",) if desired.get(key) is not None]
+
+
+# -- selection ------------------------------------------------------------------------------------------------
+def _describe_gpus(gpus: t.Sequence[t.Mapping[str, t.Any]]) -> str:
+    if not gpus:
+        return "none"
+    return "; ".join("%s %s %s %s" % (g.get("index"), g.get("uuid"), g.get("pci_bus_id"), g.get("name")) for g in gpus)
+
+
+def select(gpus: t.Sequence[t.Mapping[str, t.Any]], selectors: t.Sequence[str]) -> list[t.Mapping[str, t.Any]]:
+    """GPUs matched by ``all``, an index, a UUID, a PCI bus id or a model name (shell-style wildcards allowed).
+
+    Raises SettingsError naming every selector that matches nothing and listing the GPUs there are.
+    """
+    chosen: dict[int, t.Mapping[str, t.Any]] = {}
+    unmatched = []
+    for raw in selectors:
+        selector = str(raw).strip()
+        matches: list[t.Mapping[str, t.Any]]
+        if selector.lower() == "all":
+            matches = list(gpus)
+        elif selector.isdigit():
+            matches = [g for g in gpus if g.get("index") == int(selector)]
+        elif selector.upper().startswith(("GPU-", "MIG-")):
+            matches = [g for g in gpus if (g.get("uuid") or "").lower() == selector.lower()]
+        elif normalize_bus_id(selector) is not None:
+            bus = normalize_bus_id(selector)
+            matches = [g for g in gpus if g.get("pci_bus_id") == bus]
+        else:
+            pattern = selector.lower()
+            matches = [g for g in gpus if g.get("name") and fnmatch.fnmatchcase(g["name"].lower(), pattern)]
+        if not matches and selector.lower() != "all":
+            unmatched.append(selector)
+        for gpu in matches:
+            chosen[id(gpu)] = gpu
+    if unmatched:
+        raise SettingsError(
+            "gpus: no GPU matches %s. GPUs on this host (index, UUID, PCI bus id, name): %s"
+            % (", ".join(repr(s) for s in unmatched), _describe_gpus(gpus))
+        )
+    return sorted(chosen.values(), key=lambda g: g.get("index") if g.get("index") is not None else -1)
+
+
+# -- the current view -----------------------------------------------------------------------------------------
+def current_view(record: t.Mapping[str, t.Any], extra: t.Mapping[str, t.Any] | None = None) -> dict[str, t.Any]:
+    """A facts GPU record (from _nvml/_smi) plus the extra reads the settings need -> the planner's view."""
+    extra = extra or {}
+    mode = record.get("compute_mode")
+    view = {
+        "index": record.get("index"),
+        "uuid": record.get("uuid"),
+        "name": record.get("name"),
+        "pci_bus_id": record.get("pci_bus_id"),
+        "state": record.get("state", "ok"),
+        "message": record.get("message"),
+        "persistence_mode": record.get("persistence_mode"),
+        "compute_mode": mode.upper() if isinstance(mode, str) else None,
+        "power_limit": record.get("power_limit_w"),
+        "power_limit_min": record.get("power_limit_min_w"),
+        "power_limit_max": record.get("power_limit_max_w"),
+        "ecc": dict(record.get("ecc") or {"current": None, "pending": None}),
+        "mig": dict(record.get("mig") or {"current": None, "pending": None}),
+        "processes": list(record.get("processes") or []),
+        "applications_clocks": extra.get("applications_clocks"),
+        "default_applications_clocks": extra.get("default_applications_clocks"),
+        "supported_clocks": extra.get("supported_clocks"),
+        "locked_clocks": extra.get("locked_clocks"),
+        "mig_profiles": extra.get("mig_profiles"),
+        "mig_instances": extra.get("mig_instances"),
+    }
+    return view
+
+
+# -- validation -----------------------------------------------------------------------------------------------
+def _not_supported(gpu: t.Mapping[str, t.Any], option: str, what: str) -> str:
+    return "%s: %s: the driver reports %s as not supported on this GPU" % (gpu_label(gpu), option, what)
+
+
+def validate(desired: t.Mapping[str, t.Any], gpu: t.Mapping[str, t.Any], capable: t.Mapping[str, list[str]] | None = None) -> list[str]:
+    """Everything wrong with applying ``desired`` to one GPU, as messages that name the GPU and the allowed values."""
+    errors: list[str] = []
+    label = gpu_label(gpu)
+    if desired["persistence_mode"] is not None and gpu["persistence_mode"] is None:
+        errors.append(_not_supported(gpu, "persistence_mode", "persistence mode"))
+    if desired["compute_mode"] is not None and gpu["compute_mode"] is None:
+        errors.append(_not_supported(gpu, "compute_mode", "the compute mode"))
+    power = desired["power_limit"]
+    if power is not None:
+        low, high = gpu["power_limit_min"], gpu["power_limit_max"]
+        if low is None or high is None:
+            errors.append(_not_supported(gpu, "power_limit", "power management limits"))
+        elif not low <= power <= high:
+            errors.append(
+                "%s: power_limit %s W is outside the range this GPU allows: %s to %s W" % (label, _watts(power), _watts(low), _watts(high))
+            )
+    errors.extend(_validate_clocks(desired, gpu))
+    if desired["ecc"] is not None and gpu["ecc"].get("current") is None:
+        errors.append(_not_supported(gpu, "ecc", "ECC mode"))
+    if (desired["mig"] is not None or desired["mig_layout"] is not None) and gpu["mig"].get("current") is None:
+        others = (capable or {}).get("mig") or []
+        errors.append(
+            "%s: mig: this GPU does not support MIG (the driver reports MIG mode as not supported); MIG-capable GPUs on this host: %s"
+            % (label, ", ".join(others) if others else "none")
+        )
+    elif desired["mig_layout"]:
+        errors.extend(_validate_layout(desired, gpu))
+    return errors
+
+
+def _validate_clocks(desired: t.Mapping[str, t.Any], gpu: t.Mapping[str, t.Any]) -> list[str]:
+    errors = []
+    label = gpu_label(gpu)
+    supported = gpu.get("supported_clocks")
+    apps = desired["applications_clocks"]
+    if apps is not None:
+        if not supported or gpu.get("applications_clocks") is None:
+            errors.append(_not_supported(gpu, "applications_clocks", "application clocks"))
+        elif not apps.get("reset"):
+            memory = apps["memory_mhz"]
+            if memory not in supported:
+                errors.append(
+                    "%s: applications_clocks: memory_mhz %d is not a supported memory clock; supported: %s"
+                    % (label, memory, _values(sorted(supported, reverse=True), "MHz"))
+                )
+            elif apps["graphics_mhz"] not in supported[memory]:
+                errors.append(
+                    "%s: applications_clocks: graphics_mhz %d is not supported with memory_mhz %d; supported: %s"
+                    % (label, apps["graphics_mhz"], memory, _values(sorted(supported[memory], reverse=True), "MHz"))
+                )
+    locked = desired["locked_clocks"]
+    if locked is not None:
+        graphics = sorted({clock for clocks in (supported or {}).values() for clock in clocks})
+        if not graphics:
+            errors.append(_not_supported(gpu, "locked_clocks", "the supported graphics clocks needed to lock them"))
+        elif not locked.get("reset"):
+            low, high = graphics[0], graphics[-1]
+            for key in ("min_mhz", "max_mhz"):
+                if not low <= locked[key] <= high:
+                    errors.append(
+                        "%s: locked_clocks: %s %d is outside the supported graphics clocks, %d to %d MHz" % (label, key, locked[key], low, high)
+                    )
+    return errors
+
+
+def _validate_layout(desired: t.Mapping[str, t.Any], gpu: t.Mapping[str, t.Any]) -> list[str]:
+    errors = []
+    label = gpu_label(gpu)
+    profiles = gpu.get("mig_profiles") or {}
+    if not profiles:
+        return ["%s: mig_layout: the driver lists no GPU instance profiles for this GPU" % label]
+    allowed = ", ".join(sorted(profiles, key=lambda p: (profiles[p]["slices"], p)))
+    total_slices = max(p["slices"] for p in profiles.values())
+    used = 0
+    for entry in desired["mig_layout"]:
+        profile = profiles.get(entry["profile"])
+        if profile is None:
+            errors.append("%s: mig_layout: GPU instance profile %s is not available; available profiles: %s" % (label, entry["profile"], allowed))
+            continue
+        used += profile["slices"]
+        ci_used = 0
+        for ci in entry["compute_instances"]:
+            count, _gi = parse_ci_profile(ci, entry["profile"])
+            slices = profile["slices"] if count is None else count
+            allowed_ci = [ci_profile_name(s, entry["profile"], profile["slices"]) for s in sorted(CI_PROFILE_BY_SLICES) if s <= profile["slices"]]
+            if slices not in CI_PROFILE_BY_SLICES or slices > profile["slices"]:
+                errors.append(
+                    "%s: mig_layout: compute instance profile %s does not fit GPU instance %s; allowed: %s"
+                    % (label, ci, entry["profile"], ", ".join(allowed_ci))
+                )
+            ci_used += slices
+        if ci_used > profile["slices"]:
+            errors.append(
+                "%s: mig_layout: the compute instances %s need %d slices but a %s GPU instance has %d"
+                % (label, ", ".join(entry["compute_instances"]), ci_used, entry["profile"], profile["slices"])
+            )
+    if used > total_slices:
+        errors.append(
+            "%s: mig_layout needs %d slices but the GPU has %d (profiles: %s)"
+            % (label, used, total_slices, ", ".join("%s=%d" % (p, profiles[p]["slices"]) for p in sorted(profiles)))
+        )
+    return errors
+
+
+# -- planning -------------------------------------------------------------------------------------------------
+def _clocks_equal(current: t.Any, desired: t.Mapping[str, t.Any], default: t.Any) -> bool:
+    if desired.get("reset"):
+        return current == default
+    return current == {k: v for k, v in desired.items() if k != "reset"}
+
+
+def _pending_value(pair: t.Mapping[str, t.Any]) -> t.Any:
+    return pair.get("pending") if pair.get("pending") is not None else pair.get("current")
+
+
+def plan_gpu(desired: t.Mapping[str, t.Any], gpu: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
+    """Per-GPU plan: ``changes`` (ordered operations), ``before``/``after`` of each managed setting, notes."""
+    changes: list[dict[str, t.Any]] = []
+    before: dict[str, t.Any] = {}
+    after: dict[str, t.Any] = {}
+    notes: list[str] = []
+
+    def change(setting: str, old: t.Any, new: t.Any, op: str, **args: t.Any) -> None:
+        changes.append({"setting": setting, "op": op, "before": old, "after": new, "args": args})
+
+    for key in ("persistence_mode", "compute_mode"):
+        if desired[key] is None:
+            continue
+        before[key] = gpu[key]
+        after[key] = desired[key]
+        if gpu[key] != desired[key]:
+            change(key, gpu[key], desired[key], key, value=desired[key])
+
+    if desired["power_limit"] is not None:
+        want_mw = int(round(desired["power_limit"] * 1000))
+        have_mw = None if gpu["power_limit"] is None else int(round(gpu["power_limit"] * 1000))
+        before["power_limit"] = gpu["power_limit"]
+        after["power_limit"] = want_mw / 1000.0
+        if have_mw != want_mw:
+            change("power_limit", gpu["power_limit"], want_mw / 1000.0, "power_limit", milliwatts=want_mw)
+
+    apps = desired["applications_clocks"]
+    if apps is not None:
+        current = gpu.get("applications_clocks")
+        default = gpu.get("default_applications_clocks")
+        target = default if apps.get("reset") else {"memory_mhz": apps["memory_mhz"], "graphics_mhz": apps["graphics_mhz"]}
+        before["applications_clocks"] = current
+        after["applications_clocks"] = target
+        if not _clocks_equal(current, apps, default):
+            if apps.get("reset"):
+                change("applications_clocks", current, target, "applications_clocks_reset")
+            else:
+                change("applications_clocks", current, target, "applications_clocks", memory_mhz=apps["memory_mhz"], graphics_mhz=apps["graphics_mhz"])
+
+    locked = desired["locked_clocks"]
+    if locked is not None:
+        current = gpu.get("locked_clocks")
+        target = "reset" if locked.get("reset") else {"min_mhz": locked["min_mhz"], "max_mhz": locked["max_mhz"]}
+        before["locked_clocks"] = current
+        after["locked_clocks"] = target
+        if current != target:
+            if locked.get("reset"):
+                change("locked_clocks", current, target, "locked_clocks_reset")
+            else:
+                change("locked_clocks", current, target, "locked_clocks", min_mhz=locked["min_mhz"], max_mhz=locked["max_mhz"])
+
+    planned_pairs: dict[str, dict[str, t.Any]] = {}
+    for key in PENDING_SETTINGS:
+        pair = dict(gpu[key])
+        planned_pairs[key] = pair
+        if desired[key] is None:
+            continue
+        before[key] = dict(gpu[key])
+        if _pending_value(gpu[key]) != desired[key]:
+            change(key, dict(gpu[key]), {"current": pair["current"], "pending": desired[key]}, key, value=desired[key])
+            pair["pending"] = desired[key]
+        after[key] = dict(pair)
+
+    mig_ops: list[dict[str, t.Any]] = []
+    if desired["mig_layout"] is not None:
+        current_layout = layout_of(gpu.get("mig_instances") or [])
+        before["mig_layout"] = current_layout
+        if gpu["mig"].get("current") and planned_pairs["mig"].get("pending") is not False:
+            mig_ops, kept = plan_layout(desired["mig_layout"], gpu)
+            after["mig_layout"] = sorted(kept + [{"profile": e["profile"], "compute_instances": sorted(e["compute_instances"])} for e in _created(mig_ops)],
+                                         key=_layout_key)
+            if mig_ops:
+                changes.append(
+                    {
+                        "setting": "mig_layout",
+                        "op": "mig_layout",
+                        "before": current_layout,
+                        "after": after["mig_layout"],
+                        "args": {"operations": mig_ops},
+                    }
+                )
+        else:
+            after["mig_layout"] = current_layout
+            notes.append(
+                "%s: mig_layout is applied once MIG mode is active; it is %s now (pending: %s)"
+                % (gpu_label(gpu), onoff(gpu["mig"].get("current")), onoff(planned_pairs["mig"].get("pending")))
+            )
+
+    return {
+        "index": gpu["index"],
+        "uuid": gpu["uuid"],
+        "name": gpu["name"],
+        "pci_bus_id": gpu["pci_bus_id"],
+        "changes": changes,
+        "before": before,
+        "after": after,
+        "pending": pending_of(planned_pairs),
+        "notes": notes,
+    }
+
+
+def pending_of(pairs: t.Mapping[str, t.Mapping[str, t.Any]]) -> list[dict[str, t.Any]]:
+    """Settings whose pending value differs from the current one."""
+    pending = []
+    for key in PENDING_SETTINGS:
+        pair = pairs.get(key) or {}
+        if pair.get("current") is not None and pair.get("pending") is not None and pair["current"] != pair["pending"]:
+            pending.append({"setting": key, "current": pair["current"], "pending": pair["pending"]})
+    return pending
+
+
+def _layout_key(entry: t.Mapping[str, t.Any]) -> tuple[t.Any, ...]:
+    return (-(gi_slices_from_name(entry["profile"]) or 0), entry["profile"], tuple(entry["compute_instances"]))
+
+
+def layout_of(instances: t.Iterable[t.Mapping[str, t.Any]]) -> list[dict[str, t.Any]]:
+    """The current instances as a layout (GPU instance profile + sorted compute instance profiles), sorted."""
+    return sorted(
+        ({"profile": gi["profile"], "compute_instances": sorted(ci["profile"] for ci in gi["compute_instances"])} for gi in instances),
+        key=_layout_key,
+    )
+
+
+def _created(ops: t.Iterable[t.Mapping[str, t.Any]]) -> list[dict[str, t.Any]]:
+    return [{"profile": op["profile"], "compute_instances": op["compute_instances"]} for op in ops if op["op"] == "create_gi"]
+
+
+def plan_layout(layout: t.Sequence[t.Mapping[str, t.Any]], gpu: t.Mapping[str, t.Any]) -> tuple[list[dict[str, t.Any]], list[dict[str, t.Any]]]:
+    """Operations that turn the GPU's instances into ``layout``: destroy what is not wanted, then create.
+
+    GPU instances whose profile and compute instances already match are kept untouched. Returns (operations, kept).
+    """
+    profiles = gpu.get("mig_profiles") or {}
+    wanted: list[tuple[str, tuple[str, ...]]] = [(e["profile"], tuple(sorted(e["compute_instances"]))) for e in layout]
+    ops: list[dict[str, t.Any]] = []
+    kept: list[dict[str, t.Any]] = []
+    for gi in sorted(gpu.get("mig_instances") or [], key=lambda g: g["gi"]):
+        signature = (gi["profile"], tuple(sorted(ci["profile"] for ci in gi["compute_instances"])))
+        if signature in wanted:
+            wanted.remove(signature)
+            kept.append({"profile": signature[0], "compute_instances": list(signature[1])})
+            continue
+        for ci in sorted(gi["compute_instances"], key=lambda c: c["ci"]):
+            ops.append({"op": "destroy_ci", "gi": gi["gi"], "ci": ci["ci"], "profile": ci["profile"]})
+        ops.append({"op": "destroy_gi", "gi": gi["gi"], "profile": gi["profile"]})
+    for profile, cis in sorted(wanted, key=lambda w: (-(profiles.get(w[0], {}).get("slices") or 0), w[0], w[1])):
+        gi_slices = profiles[profile]["slices"]
+        ci_ops = []
+        for ci in cis:
+            count, _gi = parse_ci_profile(ci, profile)
+            slices = gi_slices if count is None else count
+            ci_ops.append({"profile": ci, "profile_id": CI_PROFILE_BY_SLICES[slices], "slices": slices})
+        ops.append({"op": "create_gi", "profile": profile, "profile_id": profiles[profile]["id"], "compute_instances": list(cis), "cis": ci_ops})
+    return ops, kept
+
+
+def blocking_processes(gpu: t.Mapping[str, t.Any], ops: t.Iterable[t.Mapping[str, t.Any]]) -> list[dict[str, t.Any]]:
+    """Processes running in a GPU instance that ``ops`` would destroy."""
+    doomed = {op["gi"] for op in ops if op["op"] in ("destroy_gi", "destroy_ci")}
+    return [p for p in gpu.get("processes") or [] if p.get("gpu_instance_id") in doomed]
+
+
+def describe_processes(processes: t.Iterable[t.Mapping[str, t.Any]]) -> str:
+    parts = []
+    for proc in processes:
+        where = ""
+        if proc.get("gpu_instance_id") is not None:
+            where = " in GPU instance %s" % proc["gpu_instance_id"]
+        parts.append("%s (%s)%s" % (proc.get("pid"), proc.get("name") or "name unknown", where))
+    return ", ".join(parts)
+
+
+def check_plan(plan: t.Mapping[str, t.Any], gpu: t.Mapping[str, t.Any], reset: bool) -> list[str]:
+    """Errors that only the plan shows: instances in use, a requested reset that processes block."""
+    errors = []
+    for item in plan["changes"]:
+        if item["op"] == "mig_layout":
+            blocking = blocking_processes(gpu, item["args"]["operations"])
+            if blocking:
+                errors.append(
+                    "%s: mig_layout would destroy MIG instances that processes are using: %s; stop them first"
+                    % (gpu_label(gpu), describe_processes(blocking))
+                )
+    if reset and plan["pending"] and gpu.get("processes"):
+        errors.append(
+            "%s: reset_gpus: the GPU needs a reset for %s but processes are running on it: %s; it is never reset while in use"
+            % (gpu_label(gpu), " and ".join(p["setting"].upper() for p in plan["pending"]), describe_processes(gpu["processes"]))
+        )
+    return errors
+
+
+def pending_reasons(gpu: t.Mapping[str, t.Any], pending: t.Iterable[t.Mapping[str, t.Any]]) -> list[str]:
+    """One sentence per pending change, naming the processes that keep the GPU from being reset."""
+    reasons = []
+    processes = gpu.get("processes") or []
+    for item in pending:
+        label = {"ecc": "ECC mode", "mig": "MIG mode"}[item["setting"]]
+        text = "%s: %s change pending (%s -> %s); it takes effect after a GPU reset or a reboot" % (
+            gpu_label(gpu),
+            label,
+            onoff(item["current"]),
+            onoff(item["pending"]),
+        )
+        if processes:
+            text += "; a reset is blocked by running processes %s" % describe_processes(processes)
+        reasons.append(text)
+    return reasons
+
+
+def summarize(plans: t.Sequence[t.Mapping[str, t.Any]]) -> dict[str, t.Any]:
+    """The module's diff: ``before``/``after`` keyed by GPU."""
+    return {
+        "before": {diff_key(p): p["before"] for p in plans},
+        "after": {diff_key(p): p["after"] for p in plans},
+    }
+
+
+# -- the nvidia-smi fallback ----------------------------------------------------------------------------------
+def smi_argv(binary: str, gpu: t.Mapping[str, t.Any], change: t.Mapping[str, t.Any]) -> list[list[str]]:
+    """The nvidia-smi argument lists that apply one planned change to one GPU (selected by PCI bus id)."""
+    target = ["-i", gpu["pci_bus_id"] or str(gpu["index"])]
+    op = change["op"]
+    args = change["args"]
+    if op == "persistence_mode":
+        return [[binary] + target + ["-pm", "1" if args["value"] else "0"]]
+    if op == "compute_mode":
+        return [[binary] + target + ["-c", args["value"]]]
+    if op == "power_limit":
+        return [[binary] + target + ["-pl", _watts(args["milliwatts"] / 1000.0)]]
+    if op == "applications_clocks":
+        return [[binary] + target + ["-ac", "%d,%d" % (args["memory_mhz"], args["graphics_mhz"])]]
+    if op == "applications_clocks_reset":
+        return [[binary] + target + ["-rac"]]
+    if op == "locked_clocks":
+        return [[binary] + target + ["-lgc", "%d,%d" % (args["min_mhz"], args["max_mhz"])]]
+    if op == "locked_clocks_reset":
+        return [[binary] + target + ["-rgc"]]
+    if op == "ecc":
+        return [[binary] + target + ["-e", "1" if args["value"] else "0"]]
+    if op == "mig":
+        return [[binary] + target + ["-mig", "1" if args["value"] else "0"]]
+    raise SettingsError("%s: %s cannot be applied through nvidia-smi by this module; it needs NVML (nvidia-ml-py)" % (gpu_label(gpu), op))
+
+
+def reset_argv(binary: str, gpu: t.Mapping[str, t.Any]) -> list[str]:
+    return [binary, "--gpu-reset", "-i", gpu["pci_bus_id"] or str(gpu["index"])]

@@ -1,0 +1,413 @@
+# Copyright (c) gpuhost.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Read the settings of each GPU and apply a plan from _settings, through NVML or with nvidia-smi argument lists.
+
+Private to this collection: no compatibility promise outside gpuhost.nvidia.
+
+The facts backends (_nvml, _smi) give the per-GPU records; this module adds what only the settings need
+(application clocks and the supported clock table, MIG profiles and instances) and the locked clocks this
+collection applied, which NVML cannot read back. Command runners have the signature ``run(argv) -> (rc, out, err)``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import typing as t
+import xml.etree.ElementTree as ET
+
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _nvml, _pci, _settings, _smi
+from ansible_collections.gpuhost.nvidia.plugins.module_utils._common import (
+    STATE_DRIVER_NOT_LOADED,
+    STATE_ERROR,
+    STATE_LIBRARY_NOT_FOUND,
+    STATE_NO_GPU,
+    STATE_OK,
+    best_failure_state,
+    to_text,
+)
+
+Runner = t.Callable[[t.List[str]], t.Tuple[int, str, str]]
+
+# GPU and compute instance ids are small: NVML hands out GPU instance ids below 16 and compute instance ids
+# below 8 on every MIG-capable GPU so far. Both are probed by id, which the fake NVML and the real one share.
+_MAX_GI_ID = 32
+_MAX_CI_ID = 8
+
+
+class ApplyError(Exception):
+    """Applying one operation failed; ``done`` lists what was applied before it."""
+
+    def __init__(self, message: str, done: list[str]):
+        super().__init__(message)
+        self.done = done
+
+
+# -- the locked clocks record ---------------------------------------------------------------------------------
+def load_record(path: str) -> dict[str, t.Any]:
+    """Locked clocks applied by this collection, by GPU UUID. A missing or unreadable file is an empty record."""
+    try:
+        with open(path, "r", encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def record_text(record: t.Mapping[str, t.Any]) -> str:
+    return json.dumps(record, indent=2, sort_keys=True) + "\n"
+
+
+# -- reading --------------------------------------------------------------------------------------------------
+def _clock_pair(collector: t.Any, label: str, func: str, handle: t.Any, nv: t.Any) -> dict[str, int] | None:
+    memory = collector.call(label, func, handle, getattr(nv, "NVML_CLOCK_MEM", 2))
+    graphics = collector.call(label, func, handle, getattr(nv, "NVML_CLOCK_GRAPHICS", 0))
+    if memory is None or graphics is None:
+        return None
+    return {"memory_mhz": int(memory), "graphics_mhz": int(graphics)}
+
+
+def _supported_clocks(collector: t.Any, label: str, handle: t.Any) -> dict[int, list[int]] | None:
+    memories = collector.call(label, "nvmlDeviceGetSupportedMemoryClocks", handle)
+    if not memories:
+        return None
+    table = {}
+    for memory in memories:
+        graphics = collector.call(label, "nvmlDeviceGetSupportedGraphicsClocks", handle, memory)
+        table[int(memory)] = sorted((int(g) for g in graphics or []), reverse=True)
+    return table
+
+
+def _profile_name(info: t.Any) -> str | None:
+    name = to_text(getattr(info, "name", None))
+    if name:
+        name = name.split("\x00", 1)[0]
+    if name:
+        return _settings.normalize_gi_profile(name)
+    slices = getattr(info, "sliceCount", None)
+    memory = getattr(info, "memorySizeMB", None)
+    if slices is None or memory is None:
+        return None
+    return "%dg.%dgb" % (int(slices), int(round(int(memory) / 1024.0)))
+
+
+def _mig_profiles(collector: t.Any, label: str, handle: t.Any, nv: t.Any) -> dict[str, dict[str, int]]:
+    profiles: dict[str, dict[str, int]] = {}
+    for index in range(int(getattr(nv, "NVML_GPU_INSTANCE_PROFILE_COUNT", 18))):
+        info = collector.call(label, "nvmlDeviceGetGpuInstanceProfileInfo", handle, index)
+        if info is None:
+            continue
+        name = _profile_name(info)
+        if name and name not in profiles:
+            profiles[name] = {
+                "id": int(getattr(info, "id", index)),
+                "slices": int(info.sliceCount),
+                "memory_mib": int(getattr(info, "memorySizeMB", 0) or 0),
+            }
+    return profiles
+
+
+def _mig_instances(
+    collector: t.Any, label: str, handle: t.Any, profiles: t.Mapping[str, t.Mapping[str, int]], record: t.Mapping[str, t.Any]
+) -> list[dict[str, t.Any]]:
+    by_id = {p["id"]: (name, p["slices"]) for name, p in profiles.items()}
+    device_names = {(d.get("gi"), d.get("ci")): d.get("profile") for d in record.get("mig_devices") or []}
+    instances = []
+    for gi_id in range(_MAX_GI_ID):
+        gi = collector.call(label, "nvmlDeviceGetGpuInstanceById", handle, gi_id)
+        if gi is None:
+            continue
+        info = collector.call(label, "nvmlGpuInstanceGetInfo", gi)
+        gi_profile, gi_slices = by_id.get(getattr(info, "profileId", None), (None, None))
+        cis = []
+        for ci_id in range(_MAX_CI_ID):
+            ci = collector.call(label, "nvmlGpuInstanceGetComputeInstanceById", gi, ci_id)
+            if ci is None:
+                continue
+            ci_info = collector.call(label, "nvmlComputeInstanceGetInfo", ci)
+            slices = _settings.SLICES_BY_CI_PROFILE.get(getattr(ci_info, "profileId", None))
+            name = device_names.get((gi_id, ci_id))
+            if slices is not None and gi_profile and gi_slices:
+                name = _settings.ci_profile_name(slices, gi_profile, gi_slices)
+            if gi_profile is None and name:
+                gi_profile = parse_gi_from_ci(name)
+            cis.append({"ci": ci_id, "profile": name})
+        instances.append({"gi": gi_id, "profile": gi_profile, "compute_instances": cis})
+    return instances
+
+
+def parse_gi_from_ci(name: str) -> str | None:
+    try:
+        return _settings.parse_ci_profile(name, "")[1]
+    except ValueError:
+        return None
+
+
+def _nvml_extra(nv: t.Any, handle: t.Any, record: t.Mapping[str, t.Any], collector: t.Any) -> dict[str, t.Any]:
+    label = "GPU %s" % record["index"]
+    extra: dict[str, t.Any] = {
+        "applications_clocks": _clock_pair(collector, label, "nvmlDeviceGetApplicationsClock", handle, nv),
+        "default_applications_clocks": _clock_pair(collector, label, "nvmlDeviceGetDefaultApplicationsClock", handle, nv),
+        "supported_clocks": _supported_clocks(collector, label, handle),
+        "mig_profiles": None,
+        "mig_instances": None,
+    }
+    if (record.get("mig") or {}).get("current") is not None:
+        extra["mig_profiles"] = _mig_profiles(collector, label, handle, nv)
+        if record["mig"]["current"]:
+            extra["mig_instances"] = _mig_instances(collector, label, handle, extra["mig_profiles"], record)
+    return extra
+
+
+def read_nvml(nv: t.Any, record: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
+    """The NVML facts of every GPU (with processes) turned into planner views, plus the settings-only reads."""
+    result = _nvml.collect(("processes",), nv)
+    result["views"] = []
+    if not result["available"]:
+        return result
+    nv = nv if nv is not None else _nvml.load_pynvml()[0]
+    error_cls = _nvml._nvml_error(nv)  # pylint: disable=protected-access
+    collector = _nvml._Collector(nv, ())  # pylint: disable=protected-access
+    try:
+        nv.nvmlInit()
+    except error_cls as exc:
+        result.update(available=False, state=_nvml.error_state(nv, exc), message="NVML: nvmlInit failed: %s" % exc)
+        return result
+    try:
+        for gpu in result["gpus"]:
+            extra: dict[str, t.Any] = {}
+            if gpu["state"] == STATE_OK:
+                try:
+                    handle = nv.nvmlDeviceGetHandleByIndex(gpu["index"])
+                    extra = _nvml_extra(nv, handle, gpu, collector)
+                except (_nvml.GpuLost, error_cls) as exc:
+                    gpu["state"] = "gpu_lost" if isinstance(exc, _nvml.GpuLost) else STATE_ERROR
+                    gpu["message"] = "NVML: GPU %s: %s" % (gpu["index"], exc)
+            extra["locked_clocks"] = record.get(gpu["uuid"] or "")
+            result["views"].append(_settings.current_view(gpu, extra))
+    finally:
+        try:
+            nv.nvmlShutdown()
+        except error_cls:
+            pass
+    result["messages"].extend(collector.messages)
+    return result
+
+
+def _mhz(elem: ET.Element | None, path: str) -> int | None:
+    if elem is None:
+        return None
+    found = elem.find(path)
+    if found is None or found.text is None:
+        return None
+    match = re.match(r"^\s*(\d+)", found.text)
+    return int(match.group(1)) if match else None
+
+
+def smi_clock_extras(xml_text: str) -> list[dict[str, t.Any]]:
+    """Application clocks, default application clocks and the supported clock table of each <gpu>, in order."""
+    text = xml_text[xml_text.find("<"):] if "<" in xml_text else ""
+    try:
+        root = ET.fromstring(text)
+    except ET.ParseError:
+        return []
+    extras = []
+    for gpu in root.findall("gpu"):
+        extra: dict[str, t.Any] = {"mig_profiles": None, "mig_instances": None}
+        for key, path in (("applications_clocks", "applications_clocks"), ("default_applications_clocks", "default_applications_clocks")):
+            memory, graphics = _mhz(gpu, "%s/mem_clock" % path), _mhz(gpu, "%s/graphics_clock" % path)
+            extra[key] = None if memory is None or graphics is None else {"memory_mhz": memory, "graphics_mhz": graphics}
+        table: dict[int, list[int]] = {}
+        for entry in gpu.findall("supported_clocks/supported_mem_clock"):
+            memory = _mhz(entry, "value")
+            if memory is None:
+                continue
+            table[memory] = sorted(
+                (int(m.group(1)) for m in (re.match(r"^\s*(\d+)", g.text or "") for g in entry.findall("supported_graphics_clock")) if m),
+                reverse=True,
+            )
+        extra["supported_clocks"] = table or None
+        extras.append(extra)
+    return extras
+
+
+def read_smi(run: Runner, binary: str, record: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
+    """``nvidia-smi -q -x`` parsed by the facts backend, plus the clocks, as planner views."""
+    captured: list[str] = []
+
+    def capture(argv: list[str]) -> tuple[int, str, str]:
+        rc, out, err = run(argv)
+        captured.append(out or "")
+        return rc, out, err
+
+    result = _smi.collect(capture, binary, ("processes",))
+    result["views"] = []
+    if not result["available"]:
+        return result
+    extras = smi_clock_extras(captured[0] if captured else "")
+    for position, gpu in enumerate(result["gpus"]):
+        extra = dict(extras[position]) if position < len(extras) and gpu["index"] is not None else {}
+        extra["locked_clocks"] = record.get(gpu["uuid"] or "")
+        result["views"].append(_settings.current_view(gpu, extra))
+    return result
+
+
+def read_state(
+    nv: t.Any, run: Runner | None, binary: str | None, record: t.Mapping[str, t.Any], root: str = "/"
+) -> dict[str, t.Any]:
+    """Best source first: NVML, then nvidia-smi. Returns {source, state, message, messages, views}."""
+    failures: list[str] = []
+    messages: list[str] = []
+    result = read_nvml(nv, record)
+    if result["available"]:
+        return {"source": "nvml", "state": STATE_OK, "message": None, "messages": result["messages"], "views": result["views"]}
+    failures.append(result["state"])
+    messages.append(result["message"])
+    if binary and run is not None:
+        result = read_smi(run, binary, record)
+        if result["available"]:
+            messages.extend(result["messages"])
+            return {"source": "nvidia-smi", "state": STATE_OK, "message": None, "messages": messages, "views": result["views"]}
+        failures.append(result["state"])
+        messages.append(result["message"])
+    else:
+        messages.append("nvidia-smi: not found in PATH")
+        failures.append(STATE_LIBRARY_NOT_FOUND)
+    state = best_failure_state(failures) or STATE_ERROR
+    pci = _pci.scan(root)
+    if not pci["gpus"]:
+        state = STATE_NO_GPU
+    elif state in (STATE_ERROR, STATE_LIBRARY_NOT_FOUND) and not pci["kernel_module"]["loaded"]:
+        # In a container, or with the module unloaded, NVML may say "Unknown Error" instead of "Driver Not Loaded".
+        state = STATE_DRIVER_NOT_LOADED
+        messages.append("the nvidia kernel module is not loaded")
+    return {"source": None, "state": state, "message": "; ".join(m for m in messages if m), "messages": messages, "views": []}
+
+
+# -- applying -------------------------------------------------------------------------------------------------
+def _describe_change(gpu: t.Mapping[str, t.Any], change: t.Mapping[str, t.Any], detail: str = "") -> str:
+    text = "%s: %s %s -> %s" % (_settings.gpu_label(gpu), change["setting"], _short(change["before"]), _short(change["after"]))
+    return text + (" (%s)" % detail if detail else "")
+
+
+def _short(value: t.Any) -> str:
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, sort_keys=True)
+    return str(value)
+
+
+class NvmlApplier:
+    """Applies planned changes with NVML setters. Use as a context manager (nvmlInit ... nvmlShutdown)."""
+
+    def __init__(self, nv: t.Any):
+        self.nv = nv
+        self.error_cls = _nvml._nvml_error(nv)  # pylint: disable=protected-access
+        self.done: list[str] = []
+
+    def __enter__(self) -> "NvmlApplier":
+        self.nv.nvmlInit()
+        return self
+
+    def __exit__(self, *exc: t.Any) -> None:
+        try:
+            self.nv.nvmlShutdown()
+        except self.error_cls:
+            pass
+
+    def apply(self, gpu: t.Mapping[str, t.Any], change: t.Mapping[str, t.Any]) -> None:
+        nv = self.nv
+        try:
+            handle = nv.nvmlDeviceGetHandleByIndex(gpu["index"])
+            args = change["args"]
+            op = change["op"]
+            if op == "persistence_mode":
+                nv.nvmlDeviceSetPersistenceMode(handle, nv.NVML_FEATURE_ENABLED if args["value"] else nv.NVML_FEATURE_DISABLED)
+            elif op == "compute_mode":
+                nv.nvmlDeviceSetComputeMode(handle, _settings.COMPUTE_MODE_VALUES[args["value"]])
+            elif op == "power_limit":
+                nv.nvmlDeviceSetPowerManagementLimit(handle, args["milliwatts"])
+            elif op == "applications_clocks":
+                nv.nvmlDeviceSetApplicationsClocks(handle, args["memory_mhz"], args["graphics_mhz"])
+            elif op == "applications_clocks_reset":
+                nv.nvmlDeviceResetApplicationsClocks(handle)
+            elif op == "locked_clocks":
+                nv.nvmlDeviceSetGpuLockedClocks(handle, args["min_mhz"], args["max_mhz"])
+            elif op == "locked_clocks_reset":
+                nv.nvmlDeviceResetGpuLockedClocks(handle)
+            elif op == "ecc":
+                nv.nvmlDeviceSetEccMode(handle, nv.NVML_FEATURE_ENABLED if args["value"] else nv.NVML_FEATURE_DISABLED)
+            elif op == "mig":
+                nv.nvmlDeviceSetMigMode(handle, nv.NVML_DEVICE_MIG_ENABLE if args["value"] else nv.NVML_DEVICE_MIG_DISABLE)
+            elif op == "mig_layout":
+                self._layout(gpu, handle, args["operations"])
+            else:  # pragma: no cover - the planner only makes the operations above
+                raise ApplyError("unknown operation %s" % op, self.done)
+        except self.error_cls as exc:
+            raise ApplyError("%s failed: %s" % (_describe_change(gpu, change), exc), self.done) from exc
+        self.done.append(_describe_change(gpu, change))
+
+    def _layout(self, gpu: t.Mapping[str, t.Any], handle: t.Any, operations: t.Iterable[t.Mapping[str, t.Any]]) -> None:
+        nv = self.nv
+        label = _settings.gpu_label(gpu)
+        for op in operations:
+            try:
+                if op["op"] == "destroy_ci":
+                    instance = nv.nvmlDeviceGetGpuInstanceById(handle, op["gi"])
+                    nv.nvmlComputeInstanceDestroy(nv.nvmlGpuInstanceGetComputeInstanceById(instance, op["ci"]))
+                    self.done.append("%s: destroyed compute instance %s (%s) of GPU instance %s" % (label, op["ci"], op["profile"], op["gi"]))
+                elif op["op"] == "destroy_gi":
+                    nv.nvmlGpuInstanceDestroy(nv.nvmlDeviceGetGpuInstanceById(handle, op["gi"]))
+                    self.done.append("%s: destroyed GPU instance %s (%s)" % (label, op["gi"], op["profile"]))
+                elif op["op"] == "create_gi":
+                    instance = nv.nvmlDeviceCreateGpuInstance(handle, op["profile_id"])
+                    self.done.append("%s: created a %s GPU instance" % (label, op["profile"]))
+                    for ci in op["cis"]:
+                        nv.nvmlGpuInstanceCreateComputeInstance(instance, ci["profile_id"])
+                        self.done.append("%s: created a %s compute instance" % (label, ci["profile"]))
+            except self.error_cls as exc:
+                raise ApplyError("%s: mig_layout: %s %s failed: %s" % (label, op["op"], op["profile"], exc), self.done) from exc
+
+
+class SmiApplier:
+    """Applies planned changes by running nvidia-smi argument lists."""
+
+    def __init__(self, run: Runner, binary: str):
+        self.run = run
+        self.binary = binary
+        self.done: list[str] = []
+
+    def __enter__(self) -> "SmiApplier":
+        return self
+
+    def __exit__(self, *exc: t.Any) -> None:
+        return None
+
+    def apply(self, gpu: t.Mapping[str, t.Any], change: t.Mapping[str, t.Any]) -> None:
+        for argv in _settings.smi_argv(self.binary, gpu, change):
+            rc, out, err = self.run(argv)
+            if rc != 0:
+                detail = (err or out or "").strip().splitlines()
+                raise ApplyError(
+                    "%s failed: %s exited with %d: %s" % (_describe_change(gpu, change), " ".join(argv), rc, detail[0] if detail else "no output"),
+                    self.done,
+                )
+        self.done.append(_describe_change(gpu, change))
+
+
+def reset_gpu(run: Runner, binary: str, gpu: t.Mapping[str, t.Any]) -> None:
+    argv = _settings.reset_argv(binary, gpu)
+    rc, out, err = run(argv)
+    if rc != 0:
+        detail = (err or out or "").strip().splitlines()
+        raise ApplyError(
+            "%s: GPU reset failed: %s exited with %d: %s" % (_settings.gpu_label(gpu), " ".join(argv), rc, detail[0] if detail else "no output"), []
+        )
+
+
+def ensure_dir(path: str) -> None:
+    directory = os.path.dirname(path)
+    if directory and not os.path.isdir(directory):
+        os.makedirs(directory, 0o755)

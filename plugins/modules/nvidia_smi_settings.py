@@ -1,0 +1,528 @@
+#!/usr/bin/python
+# Copyright (c) gpuhost.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: nvidia_smi_settings
+short_description: Set persistence, compute mode, power limit, clocks, ECC, MIG mode and MIG instances of NVIDIA GPUs
+version_added: 0.1.0
+description:
+  - Declares the desired settings for a set of GPUs, compares them with what each GPU reports, and changes only what
+    differs. A second run with the same options reports no change.
+  - Settings are applied through NVML (nvidia-ml-py). When NVML cannot be loaded from Python but the C(nvidia-smi)
+    binary works, the module runs C(nvidia-smi) argument lists instead.
+  - Every option is checked against every selected GPU before anything changes. A power limit outside a GPU's range,
+    a selector that matches no GPU, MIG on a GPU without MIG, clocks that a GPU does not support, or a setting that
+    the driver reports as not supported fails the task and names the GPU and the allowed values.
+  - ECC and MIG mode changes take effect only after a GPU reset or a reboot. The module reports them as pending in
+    RV(gpus[].pending), RV(reboot_required), RV(reset_required) and RV(reasons), and does not report them as a change
+    again while they are pending.
+  - A host without GPUs or without a loaded NVIDIA driver is not an error. The module returns RV(state) (for example
+    V(driver_not_loaded)), RV(msg) and C(skipped=true), changes nothing and does not fail the play.
+author:
+  - gpuhost.nvidia contributors
+requirements:
+  - The NVIDIA driver, and the Python package C(nvidia-ml-py) (module C(pynvml)) on the managed host, or the
+    C(nvidia-smi) binary in E(PATH).
+  - O(mig_layout) needs NVML. O(reset_gpus) needs C(nvidia-smi).
+  - Root privileges on the managed host to change settings.
+attributes:
+  check_mode:
+    support: full
+    description: In check mode the module reads the GPUs and reports the plan; it calls no NVML setter and runs no command that changes anything.
+  diff_mode:
+    support: full
+    description: The diff shows the managed settings of each selected GPU before and after.
+  idempotent:
+    support: full
+    description: Settings are compared with the GPUs' state, pending ECC and MIG changes with their pending value.
+options:
+  gpus:
+    description:
+      - The GPUs to configure. Each item is V(all), an NVML index (V(0)), a UUID (V(GPU-5c6d7e8f-...)), a PCI bus id
+        (V(0000:07:00.0)) or a model name as NVML reports it (V(NVIDIA A100-SXM4-40GB)); model names compare without
+        case and may use shell wildcards (V(*A100*)).
+      - An item that matches no GPU on a host with a working driver fails the task and lists the GPUs there are.
+    type: list
+    elements: str
+    default: [all]
+  persistence_mode:
+    description:
+      - Whether the driver stays initialised while no client uses the GPU.
+      - On hosts with C(nvidia-persistenced), the daemon is the preferred way to keep persistence on; see the
+        P(gpuhost.nvidia.gpu_settings#role) role.
+    type: bool
+  compute_mode:
+    description: The compute mode. V(EXCLUSIVE_PROCESS) lets one process at a time create contexts; V(PROHIBITED) none.
+    type: str
+    choices: [DEFAULT, EXCLUSIVE_PROCESS, PROHIBITED]
+  power_limit:
+    description:
+      - The power management limit in watts. It must lie within the GPU's minimum and maximum limit
+        (see RV(ansible_facts.nvidia_gpu.gpus[].power_limit_min_w) of M(gpuhost.nvidia.nvidia_gpu_facts)).
+      - Lost at reboot; the P(gpuhost.nvidia.gpu_settings#role) role re-applies it at boot.
+    type: float
+  applications_clocks:
+    description:
+      - Application clocks, a memory clock and a graphics clock from the GPU's supported clock table.
+        Give both clocks, or O(applications_clocks.reset=true) to go back to the default application clocks.
+    type: dict
+    suboptions:
+      memory_mhz:
+        description: The memory clock in MHz; one of the GPU's supported memory clocks.
+        type: int
+      graphics_mhz:
+        description: The graphics clock in MHz; one of the graphics clocks supported with O(applications_clocks.memory_mhz).
+        type: int
+      reset:
+        description: Reset the application clocks to the GPU's defaults.
+        type: bool
+  locked_clocks:
+    description:
+      - Lock the GPU clock to a range (C(nvidia-smi --lock-gpu-clocks)). Both ends must lie within the GPU's supported
+        graphics clocks. Give both, or O(locked_clocks.reset=true) to unlock.
+      - NVML cannot read locked clocks back, so the module records what it applied in O(state_path) and compares with that.
+    type: dict
+    suboptions:
+      min_mhz:
+        description: The lowest GPU clock in MHz.
+        type: int
+      max_mhz:
+        description: The highest GPU clock in MHz.
+        type: int
+      reset:
+        description: Unlock the GPU clocks.
+        type: bool
+  ecc:
+    description: Whether ECC is on. A change is pending until the GPU is reset or the host reboots.
+    type: bool
+  mig:
+    description:
+      - Whether MIG mode is on. A change may be pending until the GPU is reset or the host reboots.
+      - Fails on GPUs that do not support MIG.
+    type: bool
+  mig_layout:
+    description:
+      - The MIG GPU instances, and the compute instances in each, that every selected GPU should have, like the
+        C(mig-devices) of an C(nvidia-mig-parted) configuration. Instances that do not match are destroyed, missing
+        ones are created, matching ones are left alone. V([]) destroys every instance.
+      - Instances with processes running in them are never destroyed; the task fails and names the processes.
+      - Applied only while MIG mode is active. Omit it to leave MIG instances alone.
+      - MIG instances do not survive a reboot; the P(gpuhost.nvidia.gpu_settings#role) role re-creates them at boot.
+    type: list
+    elements: dict
+    suboptions:
+      profile:
+        description: The GPU instance profile, as C(nvidia-smi mig -lgip) names it (V(1g.5gb), V(3g.20gb)).
+        type: str
+        required: true
+      count:
+        description: How many GPU instances of this profile.
+        type: int
+        default: 1
+      compute_instances:
+        description:
+          - The compute instance profiles inside each of these GPU instances (V(1c.3g.20gb), V(2c.3g.20gb)).
+          - The default is one compute instance that spans the GPU instance.
+        type: list
+        elements: str
+  reset_gpus:
+    description:
+      - Reset GPUs that have an ECC or MIG mode change pending (C(nvidia-smi --gpu-reset)), so that it takes effect now.
+      - A GPU with running processes is never reset. The task fails before anything changes and names the processes.
+    type: bool
+    default: false
+  state_path:
+    description:
+      - The file where the module records the locked clocks it applied, by GPU UUID.
+      - The default lives on a tmpfs, so the record is forgotten at reboot, as the locked clocks are.
+    type: path
+    default: /run/gpuhost/nvidia_smi_settings.json
+seealso:
+  - module: gpuhost.nvidia.nvidia_gpu_facts
+  - role: gpuhost.nvidia.gpu_settings
+    description: Installs nvidia-persistenced, applies these settings and re-applies them at boot.
+  - name: nvidia-smi documentation
+    description: The options this module mirrors (C(-pm), C(-c), C(-pl), C(-ac), C(-lgc), C(-e), C(-mig)).
+    link: https://docs.nvidia.com/deploy/nvidia-smi/
+  - name: NVIDIA MIG user guide
+    description: GPU instance and compute instance profiles.
+    link: https://docs.nvidia.com/datacenter/tesla/mig-user-guide/
+  - name: nvidia-mig-parted
+    description: The declarative MIG tool whose C(mig-devices) O(mig_layout) follows.
+    link: https://github.com/NVIDIA/mig-parted
+notes:
+  - Commands run with C(LC_ALL=C). GPUs are addressed by PCI bus id in C(nvidia-smi) argument lists.
+  - With the C(nvidia-smi) fallback, O(mig_layout) is refused before anything changes, because C(nvidia-smi -q -x)
+    does not tell the profiles of existing GPU instances.
+"""
+
+EXAMPLES = r"""
+- name: Persistence on, exclusive-process compute mode and a 300 W power limit on every GPU
+  gpuhost.nvidia.nvidia_smi_settings:
+    persistence_mode: true
+    compute_mode: EXCLUSIVE_PROCESS
+    power_limit: 300
+
+- name: Lock the clocks of two GPUs, chosen by UUID and by PCI bus id
+  gpuhost.nvidia.nvidia_smi_settings:
+    gpus:
+      - GPU-5c6d7e8f-1111-4222-8333-444455556666
+      - "0000:2a:00.0"
+    locked_clocks:
+      min_mhz: 1410
+      max_mhz: 1410
+
+- name: MIG on, with one 3g.20gb instance split in two and two 1g.5gb instances, on every A100
+  gpuhost.nvidia.nvidia_smi_settings:
+    gpus: ["NVIDIA A100*"]
+    mig: true
+    mig_layout:
+      - profile: 3g.20gb
+        compute_instances: [1c.3g.20gb, 2c.3g.20gb]
+      - profile: 1g.5gb
+        count: 2
+  register: gpu_settings_mig
+
+- name: Say why a reboot is needed
+  ansible.builtin.debug:
+    msg: "{{ gpu_settings_mig.reasons }}"
+  when: gpu_settings_mig.reboot_required
+"""
+
+RETURN = r"""
+state:
+  description:
+    - V(ok) when the GPUs could be read. Otherwise why not; the module then changes nothing and returns C(skipped=true).
+    - V(driver_not_loaded), V(no_gpu) and V(driver_version_mismatch) are reported without failing.
+  returned: always
+  type: str
+  sample: ok
+  choices: [ok, no_gpu, driver_not_loaded, driver_version_mismatch]
+msg:
+  description: What the module did, or why it did nothing.
+  returned: always
+  type: str
+  sample: "2 settings changed on 1 GPU"
+source:
+  description: How the GPUs were read and changed. Null when neither worked.
+  returned: always
+  type: str
+  sample: nvml
+  choices: [nvml, nvidia-smi]
+messages:
+  description: Why a richer source was not used, and notes from the plan (for example a MIG layout waiting for MIG mode).
+  returned: always
+  type: list
+  elements: str
+  sample: ["GPU 0 (0000:07:00.0, NVIDIA A100-SXM4-40GB): mig_layout is applied once MIG mode is active; it is disabled now (pending: enabled)"]
+gpus:
+  description: One entry per selected GPU.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    index:
+      description: The NVML index.
+      returned: always
+      type: int
+      sample: 0
+    uuid:
+      description: The GPU UUID.
+      returned: always
+      type: str
+      sample: GPU-5c6d7e8f-1111-4222-8333-444455556666
+    pci_bus_id:
+      description: The PCI address.
+      returned: always
+      type: str
+      sample: "0000:07:00.0"
+    name:
+      description: The model name.
+      returned: always
+      type: str
+      sample: NVIDIA A100-SXM4-40GB
+    changes:
+      description: The settings that were (in check mode, would be) changed, with their values before and after.
+      returned: always
+      type: list
+      elements: dict
+      sample: [{"setting": "power_limit", "before": 400.0, "after": 300.0}]
+    settings:
+      description: The managed settings as they are after the run (in check mode, as they would be).
+      returned: always
+      type: dict
+      sample: {"power_limit": 300.0, "ecc": {"current": true, "pending": false}}
+    pending:
+      description: ECC and MIG mode changes that wait for a GPU reset or a reboot.
+      returned: always
+      type: list
+      elements: dict
+      sample: [{"setting": "ecc", "current": true, "pending": false}]
+    processes:
+      description: The processes running on the GPU; they keep it from being reset.
+      returned: always
+      type: list
+      elements: dict
+      sample: [{"pid": 5150, "name": "trainer", "gpu_instance_id": 1, "compute_instance_id": 0}]
+reboot_required:
+  description: Whether a selected GPU has an ECC or MIG mode change pending, which a reboot makes take effect.
+  returned: always
+  type: bool
+  sample: true
+reset_required:
+  description:
+    - Whether a selected GPU has a pending change and no process on it, so that a GPU reset (O(reset_gpus=true))
+      would make the change take effect now.
+  returned: always
+  type: bool
+  sample: false
+reasons:
+  description: One sentence per pending change, naming the processes that keep a GPU from being reset.
+  returned: always
+  type: list
+  elements: str
+  sample:
+    - "GPU 0 (0000:07:00.0, NVIDIA A100-SXM4-40GB): ECC mode change pending (enabled -> disabled); it takes effect after a GPU reset or a reboot"
+applied:
+  description: What was changed, in order. Empty in check mode.
+  returned: always
+  type: list
+  elements: str
+  sample: ["GPU 0 (0000:07:00.0, NVIDIA A100-SXM4-40GB): power_limit 400.0 -> 300.0"]
+"""
+
+import os
+import tempfile
+import typing as t
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _nvml, _settings, _settings_apply
+from ansible_collections.gpuhost.nvidia.plugins.module_utils._common import (
+    STATE_DRIVER_NOT_LOADED,
+    STATE_NO_GPU,
+    STATE_OK,
+    STATE_VERSION_MISMATCH,
+)
+
+# Host states where there is nothing to configure yet: reported, never a failure.
+QUIET_STATES = (STATE_DRIVER_NOT_LOADED, STATE_NO_GPU, STATE_VERSION_MISMATCH)
+
+
+def argument_spec() -> dict[str, t.Any]:
+    return dict(
+        gpus=dict(type="list", elements="str", default=["all"]),
+        persistence_mode=dict(type="bool"),
+        compute_mode=dict(type="str", choices=list(_settings.COMPUTE_MODES)),
+        power_limit=dict(type="float"),
+        applications_clocks=dict(
+            type="dict",
+            options=dict(memory_mhz=dict(type="int"), graphics_mhz=dict(type="int"), reset=dict(type="bool")),
+            required_together=[["memory_mhz", "graphics_mhz"]],
+            required_one_of=[["memory_mhz", "reset"]],
+            mutually_exclusive=[["memory_mhz", "reset"], ["graphics_mhz", "reset"]],
+        ),
+        locked_clocks=dict(
+            type="dict",
+            options=dict(min_mhz=dict(type="int"), max_mhz=dict(type="int"), reset=dict(type="bool")),
+            required_together=[["min_mhz", "max_mhz"]],
+            required_one_of=[["min_mhz", "reset"]],
+            mutually_exclusive=[["min_mhz", "reset"], ["max_mhz", "reset"]],
+        ),
+        ecc=dict(type="bool"),
+        mig=dict(type="bool"),
+        mig_layout=dict(
+            type="list",
+            elements="dict",
+            options=dict(
+                profile=dict(type="str", required=True),
+                count=dict(type="int", default=1),
+                compute_instances=dict(type="list", elements="str"),
+            ),
+        ),
+        reset_gpus=dict(type="bool", default=False),
+        state_path=dict(type="path", default="/run/gpuhost/nvidia_smi_settings.json"),
+    )
+
+
+def _empty_result(state: str, msg: str, source: str | None, messages: list[str]) -> dict[str, t.Any]:
+    return dict(
+        changed=False,
+        state=state,
+        msg=msg,
+        source=source,
+        messages=messages,
+        gpus=[],
+        reboot_required=False,
+        reset_required=False,
+        reasons=[],
+        applied=[],
+        diff={"before": {}, "after": {}},
+    )
+
+
+def _write_record(module: AnsibleModule, path: str, record: dict[str, t.Any]) -> None:
+    _settings_apply.ensure_dir(path)
+    fd, tmp = tempfile.mkstemp(prefix=".nvidia_smi_settings.", dir=os.path.dirname(path) or ".")
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(_settings_apply.record_text(record))
+    module.atomic_move(tmp, path)
+
+
+def _clock_request_errors(params: dict[str, t.Any]) -> list[str]:
+    errors = []
+    for key, pair in (("applications_clocks", ("memory_mhz", "graphics_mhz")), ("locked_clocks", ("min_mhz", "max_mhz"))):
+        value = params.get(key)
+        if value is not None and not value.get("reset") and value.get(pair[0]) is None:
+            errors.append("%s needs %s and %s, or reset: true" % (key, pair[0], pair[1]))
+    return errors
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+    params = module.params
+
+    errors = _clock_request_errors(params)
+    if errors:
+        module.fail_json(msg="; ".join(errors), errors=errors)
+    desired = _settings.desired_from_params(params)
+    errors = _settings.check_request(desired)
+    if errors:
+        module.fail_json(msg="; ".join(errors), errors=errors)
+
+    record = _settings_apply.load_record(params["state_path"])
+    smi_binary = module.get_bin_path("nvidia-smi")
+
+    def run(argv: list[str]) -> tuple[int, str, str]:
+        rc, out, err = module.run_command(argv, environ_update={"LC_ALL": "C", "LANGUAGE": "C"})
+        return rc, out, err
+
+    current = _settings_apply.read_state(None, run, smi_binary, record)
+    if current["state"] != STATE_OK:
+        result = _empty_result(current["state"], current["message"], None, current["messages"])
+        if current["state"] in QUIET_STATES:
+            module.exit_json(skipped=True, **result)
+        module.fail_json(**result)
+
+    source = current["source"]
+    views = current["views"]
+    if not views and all(str(s).strip().lower() == "all" for s in params["gpus"]):
+        result = _empty_result(STATE_NO_GPU, "the driver lists no GPU; nothing to configure", source, current["messages"])
+        module.exit_json(skipped=True, **result)
+    try:
+        selected = _settings.select(views, params["gpus"])
+    except _settings.SettingsError as exc:
+        module.fail_json(msg=str(exc), errors=[str(exc)], **{k: v for k, v in _empty_result("ok", "", source, []).items() if k not in ("msg",)})
+
+    capable = {"mig": [_settings.gpu_label(g) for g in views if g["mig"].get("current") is not None]}
+    errors = []
+    for gpu in selected:
+        if gpu["state"] != STATE_OK:
+            errors.append("%s: cannot be configured: %s" % (_settings.gpu_label(gpu), gpu.get("message") or gpu["state"]))
+            continue
+        errors.extend(_settings.validate(desired, gpu, capable))
+    if source == "nvidia-smi" and desired["mig_layout"] is not None:
+        errors.append("mig_layout needs NVML (nvidia-ml-py), which could not be used here: %s" % "; ".join(current["messages"]))
+    if params["reset_gpus"] and not smi_binary:
+        errors.append("reset_gpus needs the nvidia-smi binary, which is not in PATH")
+    plans = []
+    if not errors:
+        for gpu in selected:
+            plan = _settings.plan_gpu(desired, gpu)
+            errors.extend(_settings.check_plan(plan, gpu, params["reset_gpus"]))
+            plans.append(plan)
+    if errors:
+        module.fail_json(msg="; ".join(errors), errors=errors, **{k: v for k, v in _empty_result("ok", "", source, []).items() if k != "msg"})
+
+    changed = any(plan["changes"] for plan in plans)
+    to_reset = [gpu for gpu, plan in zip(selected, plans) if params["reset_gpus"] and plan["pending"]]
+    changed = changed or bool(to_reset)
+    applied: list[str] = []
+    final = {gpu["index"]: gpu for gpu in selected}
+    if changed and not module.check_mode:
+        applier: t.Any
+        if source == "nvml":
+            applier = _settings_apply.NvmlApplier(_nvml.load_pynvml()[0])
+        else:
+            applier = _settings_apply.SmiApplier(run, smi_binary)
+        new_record = dict(record)
+        try:
+            with applier:
+                for gpu, plan in zip(selected, plans):
+                    for item in plan["changes"]:
+                        applier.apply(gpu, item)
+                        if item["setting"] == "locked_clocks" and gpu["uuid"]:
+                            new_record[gpu["uuid"]] = item["after"]
+            for gpu in to_reset:
+                _settings_apply.reset_gpu(run, smi_binary, gpu)
+                applier.done.append("%s: GPU reset" % _settings.gpu_label(gpu))
+        except _settings_apply.ApplyError as exc:
+            if new_record != record:
+                _write_record(module, params["state_path"], new_record)
+            module.fail_json(msg=str(exc), applied=exc.done or applier.done, changed=bool(exc.done or applier.done))
+        if new_record != record:
+            _write_record(module, params["state_path"], new_record)
+        applied = applier.done
+        reread = _settings_apply.read_state(None, run, smi_binary, new_record)
+        final.update({view["index"]: view for view in reread["views"] if view["index"] in final})
+
+    gpus_out = []
+    reasons: list[str] = []
+    reboot_required = reset_required = False
+    for gpu, plan in zip(selected, plans):
+        after_view = final[gpu["index"]]
+        if changed and not module.check_mode:
+            pending = _settings.pending_of({key: after_view[key] for key in _settings.PENDING_SETTINGS})
+        elif gpu in to_reset:
+            pending = []
+        else:
+            pending = plan["pending"]
+        gpu_reasons = _settings.pending_reasons(after_view, pending)
+        reasons.extend(gpu_reasons)
+        if pending:
+            reboot_required = True
+            reset_required = reset_required or not after_view.get("processes")
+        gpus_out.append(
+            {
+                "index": gpu["index"],
+                "uuid": gpu["uuid"],
+                "pci_bus_id": gpu["pci_bus_id"],
+                "name": gpu["name"],
+                "changes": [{"setting": c["setting"], "before": c["before"], "after": c["after"]} for c in plan["changes"]],
+                "settings": plan["after"],
+                "pending": pending,
+                "processes": after_view.get("processes") or [],
+            }
+        )
+    count = sum(len(p["changes"]) for p in plans)
+    touched = sum(1 for p in plans if p["changes"])
+    if module.check_mode and changed:
+        msg = "%d setting(s) would change on %d GPU(s)" % (count, touched)
+    elif changed:
+        msg = "%d setting(s) changed on %d GPU(s)" % (count, touched)
+    else:
+        msg = "%d GPU(s) already as requested" % len(plans)
+    if to_reset:
+        msg += "; %d GPU(s) %sreset" % (len(to_reset), "would be " if module.check_mode else "")
+    notes = [note for plan in plans for note in plan["notes"]]
+    module.exit_json(
+        changed=changed,
+        state=STATE_OK,
+        msg=msg,
+        source=source,
+        messages=current["messages"] + notes,
+        gpus=gpus_out,
+        reboot_required=reboot_required,
+        reset_required=reset_required,
+        reasons=reasons,
+        applied=applied,
+        diff=_settings.summarize(plans),
+    )
+
+
+if __name__ == "__main__":
+    main()
