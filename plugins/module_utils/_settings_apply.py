@@ -277,13 +277,16 @@ def read_state(
         messages.append("nvidia-smi: not found in PATH")
         failures.append(STATE_LIBRARY_NOT_FOUND)
     state = best_failure_state(failures) or STATE_ERROR
-    pci = _pci.scan(root)
-    if not pci["gpus"]:
-        state = STATE_NO_GPU
-    elif state in (STATE_ERROR, STATE_LIBRARY_NOT_FOUND) and not pci["kernel_module"]["loaded"]:
-        # In a container, or with the module unloaded, NVML may say "Unknown Error" instead of "Driver Not Loaded".
-        state = STATE_DRIVER_NOT_LOADED
-        messages.append("the nvidia kernel module is not loaded")
+    if state in (STATE_ERROR, STATE_LIBRARY_NOT_FOUND):
+        # Neither source could say why. The PCI scan can: no NVIDIA GPU at all, or no nvidia kernel module (in a
+        # container without /dev/nvidia*, NVML and nvidia-smi say "Unknown Error" instead of "Driver Not Loaded").
+        pci = _pci.scan(root)
+        if not pci["gpus"]:
+            state = STATE_NO_GPU
+            messages.append("no NVIDIA GPU on the PCI bus")
+        elif not pci["kernel_module"]["loaded"]:
+            state = STATE_DRIVER_NOT_LOADED
+            messages.append("the nvidia kernel module is not loaded")
     return {"source": None, "state": state, "message": "; ".join(m for m in messages if m), "messages": messages, "views": []}
 
 

@@ -418,6 +418,10 @@ def main() -> None:
     except _settings.SettingsError as exc:
         module.fail_json(msg=str(exc), errors=[str(exc)], **{k: v for k, v in _empty_result("ok", "", source, []).items() if k not in ("msg",)})
 
+    if source == "nvidia-smi" and desired["mig_layout"] is not None:
+        msg = "mig_layout needs NVML (nvidia-ml-py), which could not be used here: %s" % "; ".join(current["messages"])
+        module.fail_json(msg=msg, errors=[msg], **{k: v for k, v in _empty_result("ok", "", source, []).items() if k != "msg"})
+
     capable = {"mig": [_settings.gpu_label(g) for g in views if g["mig"].get("current") is not None]}
     errors = []
     for gpu in selected:
@@ -425,8 +429,6 @@ def main() -> None:
             errors.append("%s: cannot be configured: %s" % (_settings.gpu_label(gpu), gpu.get("message") or gpu["state"]))
             continue
         errors.extend(_settings.validate(desired, gpu, capable))
-    if source == "nvidia-smi" and desired["mig_layout"] is not None:
-        errors.append("mig_layout needs NVML (nvidia-ml-py), which could not be used here: %s" % "; ".join(current["messages"]))
     if params["reset_gpus"] and not smi_binary:
         errors.append("reset_gpus needs the nvidia-smi binary, which is not in PATH")
     plans = []
