@@ -4,7 +4,7 @@
 # Exit 1 if any tier failed.
 set -uo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$repo"
+cd "$repo" || exit 2
 logs="$repo/tests/output/tiers"
 mkdir -p "$logs"
 tiers=(unit changelog-lint lint sanity build molecule)

@@ -3,8 +3,10 @@
 Each scenario's tests/conftest.py does ``from gpuhost_testinfra import *``. The
 ``host`` fixture talks to the scenario's podman containers through testinfra's
 fast ``podman://`` backend (about 1 s instead of 20 s for the ansible backend),
-and ``converge_in_check_mode`` re-runs the scenario's converge playbook with
-``--check`` and reports every task that would still change something.
+``converge_in_check_mode`` re-runs the scenario's converge playbook with
+``--check`` and reports every task that would still change something, and
+``check_mode_predicts_converge`` runs prepare + converge in check mode and then for
+real on a fresh twin container, so a test can assert that check mode told the truth.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -37,11 +41,11 @@ def host(gpuhost_instance: str):  # noqa: D401 - pytest fixture
     return testinfra.get_host(f"podman://{gpuhost_instance}")
 
 
-def run_playbook_json(playbook: str, *extra: str, limit: str | None = None) -> dict:
-    """Run a playbook against the scenario inventory with the JSON callback and return its result."""
+def run_playbook_json(playbook: str, *extra: str, limit: str | None = None, inventory: str | None = None) -> dict:
+    """Run a playbook with the JSON callback (default: against the scenario inventory) and return its result."""
     env = dict(os.environ)
     env["ANSIBLE_STDOUT_CALLBACK"] = "ansible.builtin.json"
-    cmd = ["ansible-playbook", "-i", os.environ["MOLECULE_INVENTORY_FILE"], playbook, *extra]
+    cmd = ["ansible-playbook", "-i", inventory or os.environ["MOLECULE_INVENTORY_FILE"], playbook, *extra]
     if limit:
         cmd += ["--limit", limit]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
@@ -70,3 +74,44 @@ def converge_in_check_mode(hostname: str) -> tuple[dict, list[str]]:
     if stats is None:
         raise AssertionError(f"check-mode converge produced no stats for {hostname}: {result.get('stats')}")
     return stats, changed_tasks(result, hostname)
+
+
+def _wait_for_systemd(name: str) -> None:
+    for _ in range(60):
+        state = subprocess.run(["podman", "exec", name, "systemctl", "is-system-running"], capture_output=True, text=True, check=False)
+        if state.stdout.strip() in ("running", "degraded"):
+            return
+        time.sleep(1)
+    raise AssertionError(f"systemd in {name} did not finish booting")
+
+
+def check_mode_predicts_converge(instance: str) -> tuple[list[str], list[str]]:
+    """On a fresh twin of ``instance``: run prepare.yml, then converge.yml in check mode, then for real.
+
+    Returns (tasks check mode said would change, tasks the real run changed). A role whose
+    check mode tells the truth gives two equal lists.
+    """
+    image = subprocess.run(["podman", "inspect", "--format", "{{.ImageName}}", instance], capture_output=True, text=True, check=True).stdout.strip()
+    twin = f"{instance}-predict"
+    scenario = Path(os.environ["MOLECULE_SCENARIO_DIRECTORY"])
+    subprocess.run(["podman", "rm", "-f", twin], capture_output=True, check=False)
+    subprocess.run(["podman", "run", "-d", "--name", twin, "--hostname", twin, "--systemd=always", image, "/sbin/init"], capture_output=True, check=True)
+    try:
+        _wait_for_systemd(twin)
+        with tempfile.NamedTemporaryFile("w", suffix=".yml", delete=False) as inv:
+            yaml.safe_dump({"all": {"hosts": {twin: {"ansible_connection": "containers.podman.podman",
+                                                     "ansible_python_interpreter": "/usr/bin/python3"}}}}, inv)
+        try:
+            if (scenario / "prepare.yml").is_file():
+                prepared = run_playbook_json(str(scenario / "prepare.yml"), inventory=inv.name)
+                assert prepared["stats"][twin]["failures"] == 0, prepared["stats"]
+            check = run_playbook_json(str(scenario / "converge.yml"), "--check", inventory=inv.name)
+            real = run_playbook_json(str(scenario / "converge.yml"), inventory=inv.name)
+        finally:
+            os.unlink(inv.name)
+        for label, result in (("check-mode", check), ("real", real)):
+            stats = result["stats"][twin]
+            assert stats["failures"] == 0 and stats["unreachable"] == 0, f"{label} converge on a fresh host failed: {stats}"
+        return changed_tasks(check, twin), changed_tasks(real, twin)
+    finally:
+        subprocess.run(["podman", "rm", "-f", twin], capture_output=True, check=False)

@@ -30,9 +30,13 @@ check() {  # check <plugin type> <names expected from the checkout>
         fi
     done
 }
-mapfile -t modules < <(cd "$installed/plugins/modules" 2>/dev/null && ls -- *.py 2>/dev/null | sed 's/\.py$//')
-mapfile -t roles < <(cd "$installed/roles" 2>/dev/null && ls -d -- */ 2>/dev/null | tr -d /)
-mapfile -t filters < <(cd "$installed/plugins/filter" 2>/dev/null && ls -- *.yml 2>/dev/null | sed 's/\.yml$//')
+names() {  # names <dir> <suffix> [find type]: entries of dir without the suffix, sorted
+    [[ -d "$1" ]] || return 0
+    find "$1" -mindepth 1 -maxdepth 1 -type "${3:-f}" -name "*$2" -printf '%f\n' | sed "s/$2\$//" | sort
+}
+mapfile -t modules < <(names "$installed/plugins/modules" .py)
+mapfile -t roles < <(names "$installed/roles" "" d)
+mapfile -t filters < <(names "$installed/plugins/filter" .yml)
 [[ ${#modules[@]} -gt 0 ]] && check module "${modules[@]}"
 [[ ${#roles[@]} -gt 0 ]] && check role "${roles[@]}"
 [[ ${#filters[@]} -gt 0 ]] && check filter "${filters[@]}"

@@ -7,7 +7,7 @@
 # MOLECULE_JOBS (default 2) scenarios run at once; each logs to tests/output/molecule/<name>.log.
 set -uo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-cd "$repo"
+cd "$repo" || exit 2
 want="${1:-}"
 export GPUHOST_DISTRO="${2:-}"
 jobs="${MOLECULE_JOBS:-2}"
@@ -21,7 +21,7 @@ for dir in molecule/*/; do
     [[ -z "$want" || "$want" == "$name" ]] && scenarios+=("$name")
 done
 if [[ ${#scenarios[@]} -eq 0 ]]; then
-    echo "no Molecule scenario matches '${want}' (have: $(cd molecule && ls -d -- */ | tr -d / | grep -v resources | tr '\n' ' '))" >&2
+    echo "no Molecule scenario matches '${want}' (have: $(find molecule -mindepth 2 -maxdepth 2 -name molecule.yml -printf '%h ' | sed 's|molecule/||g'))" >&2
     exit 2
 fi
 
