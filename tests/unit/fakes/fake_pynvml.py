@@ -145,7 +145,9 @@ class FakeNVML:
             index = handle.instance.device.index
         self.calls.append((name, index) + args)
 
-    def _check(self, name: str, handle: t.Any = None) -> None:
+    def _check(self, name: str, handle: t.Any = None, *args: t.Any) -> None:
+        """Record the call, then raise what the driver would: Uninitialized, or an error injected by the profile."""
+        self._record(name, handle, *args)
         if not self.initialised:
             raise error("Uninitialized")
         device = handle
@@ -234,7 +236,7 @@ class FakeNVML:
         return len(self.visible_gpus)
 
     def nvmlDeviceGetHandleByIndex(self, index: int) -> Device:
-        self._check("nvmlDeviceGetHandleByIndex")
+        self._check("nvmlDeviceGetHandleByIndex", None, index)
         gpus = self.visible_gpus
         if not 0 <= index < len(gpus):
             raise error("InvalidArgument")
@@ -422,8 +424,7 @@ class FakeNVML:
 
     # setters
     def _set(self, name: str, handle: Device, *args: t.Any) -> None:
-        self._record(name, handle, *args)
-        self._check(name, handle)
+        self._check(name, handle, *args)
 
     def nvmlDeviceSetPersistenceMode(self, handle: Device, mode: int) -> None:
         self._set("nvmlDeviceSetPersistenceMode", handle, mode)

@@ -20,7 +20,7 @@ def test_fake_reuses_the_real_error_classes():
     assert err.value == real_pynvml.NVML_ERROR_DRIVER_NOT_LOADED == 9
     assert str(err) == "Driver Not Loaded"
     # nvidia-ml-py maps a bare NVMLError(value) onto the subclass; the fake's errors are the same objects.
-    assert type(real_pynvml.NVMLError(12)) is fake.NVMLError_LibraryNotFound
+    assert real_pynvml.NVMLError(12).__class__ is fake.NVMLError_LibraryNotFound
 
 
 def test_real_library_missing_is_library_not_found():
@@ -75,6 +75,8 @@ def test_default_gather_is_cheap():
     fake = fake_pynvml.make_fake("h100_sxm_8x_nvswitch")
     result = _nvml.collect(nv=fake.module)
     called = {c[0] for c in fake.calls}
+    assert {"nvmlInit", "nvmlDeviceGetCount", "nvmlDeviceGetMemoryInfo", "nvmlDeviceGetEccMode", "nvmlShutdown"} <= called
+    assert [c[2] for c in fake.calls if c[0] == "nvmlDeviceGetHandleByIndex"] == list(range(8))
     for expensive in ("nvmlDeviceGetUtilizationRates", "nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetNvLinkState",
                       "nvmlDeviceGetTopologyCommonAncestor", "nvmlDeviceGetPowerUsage", "nvmlDeviceGetTemperature"):
         assert expensive not in called

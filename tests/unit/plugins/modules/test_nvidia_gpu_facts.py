@@ -260,7 +260,8 @@ SMI_CASES = {
     # xml file: (tree profile, expected per-GPU (uuid, name, memory, bound_driver, iommu, power limit), reboot_required)
     "a100_mig_535.104.05.xml": ("a100_mig", [("GPU-5c6d7e8f-1111-4222-8333-444455556666", "NVIDIA A100-SXM4-40GB", 40960, "nvidia", 17, 400.0)], True),
     "t4_470.82.01_legacy.xml": ("t4", [("GPU-3e4f5a6b-3333-4444-8555-666677778888", "Tesla T4", 15109, "nvidia", None, 70.0)], True),
-    "rtx3090_595.58.03_v13_no_prolog.xml": ("rtx3090", [("GPU-9f8e7d6c-2222-4333-8444-555566667777", "NVIDIA GeForce RTX 3090", 24576, "nvidia", 14, 350.0)], False),
+    "rtx3090_595.58.03_v13_no_prolog.xml": (
+        "rtx3090", [("GPU-9f8e7d6c-2222-4333-8444-555566667777", "NVIDIA GeForce RTX 3090", 24576, "nvidia", 14, 350.0)], False),
 }
 
 
@@ -297,9 +298,10 @@ def test_lost_gpu_through_nvidia_smi(no_pynvml, fake_smi, host_tree, run_module)
 def test_nvml_and_nvidia_smi_agree_on_the_8_gpu_board(fake_nvml, no_pynvml, fake_smi, host_tree, run_module, monkeypatch):
     root = host_tree("h100_sxm_8x_nvswitch")
     fake_smi.replay(stdout=os.path.join(OWN_XML, "h100_sxm_8x_nvswitch.xml"))
-    via_smi = facts_of(run_module(nvidia_gpu_facts, {"root": root, "backends": ["nvidia-smi"], "gather": ["utilization", "processes"]}, smi=fake_smi))
+    args = {"root": root, "gather": ["utilization", "processes"]}
+    via_smi = facts_of(run_module(nvidia_gpu_facts, dict(args, backends=["nvidia-smi"]), smi=fake_smi))
     fake_nvml("h100_sxm_8x_nvswitch")
-    via_nvml = facts_of(run_module(nvidia_gpu_facts, {"root": root, "backends": ["nvml"], "gather": ["utilization", "processes"]}))
+    via_nvml = facts_of(run_module(nvidia_gpu_facts, dict(args, backends=["nvml"])))
     assert (via_smi["source"], via_nvml["source"]) == ("nvidia-smi", "nvml")
     for a, b in zip(via_smi["gpus"], via_nvml["gpus"]):
         a, b = dict(a), dict(b)
