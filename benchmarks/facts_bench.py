@@ -44,7 +44,7 @@ def _median_ms(samples: list[float]) -> str:
 def _time(func: t.Callable[[], t.Any], iterations: int) -> list[float]:
     func()  # warm caches and imports
     samples = []
-    for _ in range(iterations):
+    for _iteration in range(iterations):
         start = time.perf_counter()
         func()
         samples.append(time.perf_counter() - start)
@@ -62,7 +62,7 @@ def bench_cli(runs: int, python: str) -> None:
     samples: dict[str, list[float]] = {name: [] for name in commands}
     for name, cmd in commands.items():  # one untimed warm-up each
         subprocess.run(cmd, capture_output=True, env=env, check=True, cwd=tempfile.gettempdir())
-    for _ in range(runs):
+    for _run in range(runs):
         for name, cmd in commands.items():
             start = time.perf_counter()
             subprocess.run(cmd, capture_output=True, env=env, check=True, cwd=tempfile.gettempdir())
