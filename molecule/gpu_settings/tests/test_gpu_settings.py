@@ -1,0 +1,135 @@
+"""Verify gpu_settings against the Debian 12 container's real state.
+
+There is no GPU and no nvidia kernel module in the container: the units are installed and enabled but not expected to
+start, and the settings module must report that state instead of failing the play.
+"""
+
+from __future__ import annotations
+
+import json
+
+from gpuhost_testinfra import converge_in_check_mode
+
+SPEC = "/etc/gpuhost/gpu_settings.json"
+SCRIPT = "/usr/local/libexec/gpuhost/gpu-settings"
+UNIT = "/etc/systemd/system/gpuhost-gpu-settings.service"
+DROPIN = "/etc/systemd/system/nvidia-persistenced.service.d/gpuhost-persistence-mode.conf"
+
+FAKE_SMI = r"""#!/bin/sh
+echo "$*" >> /tmp/fake-smi.log
+case "$*" in
+  --query-gpu=*)
+    echo "0, GPU-5c6d7e8f-1111-4222-8333-444455556666, 00000000:07:00.0, NVIDIA A100-SXM4-40GB, Enabled"
+    echo "1, GPU-0a1b2c3d-0000-4000-8000-000000000001, 00000000:2A:00.0, NVIDIA A100-SXM4-40GB, Disabled" ;;
+  *" -lgi") echo "No GPU instances found: Not Found"; exit 6 ;;
+  *" -cgi 3g.20gb") echo "Successfully created GPU instance ID  2 on GPU  0 using profile MIG 3g.20gb (ID  9)" ;;
+  *" -cgi 1g.5gb") echo "Successfully created GPU instance ID  9 on GPU  0 using profile MIG 1g.5gb (ID 19)" ;;
+esac
+"""
+
+
+def test_packages_are_installed(host):
+    for name in ("nvidia-persistenced", "nvidia-smi", "python3-pynvml"):
+        assert host.package(name).is_installed, name
+
+
+def test_persistenced_is_enabled_with_persistence_mode_on(host):
+    dropin = host.file(DROPIN)
+    assert (dropin.user, dropin.group, dropin.mode) == ("root", "root", 0o644)
+    lines = [line for line in dropin.content_string.splitlines() if line and not line.startswith("#")]
+    assert lines == ["[Service]", "ExecStart=", "ExecStart=/usr/bin/nvidia-persistenced --user nvpd --persistence-mode"]
+    assert host.service("nvidia-persistenced").is_enabled
+    # systemd has loaded the drop-in: the effective command line is ours.
+    exec_start = host.check_output("systemctl show -p ExecStart nvidia-persistenced.service")
+    assert "argv[]=/usr/bin/nvidia-persistenced --user nvpd --persistence-mode ;" in exec_start
+    assert host.check_output("systemctl show -p DropInPaths --value nvidia-persistenced.service").split() == [DROPIN]
+
+
+def test_boot_unit_is_installed_enabled_and_ordered_after_persistenced(host):
+    unit = host.file(UNIT)
+    assert (unit.user, unit.mode) == ("root", 0o644)
+    assert host.service("gpuhost-gpu-settings").is_enabled
+    props = dict(
+        line.split("=", 1)
+        for line in host.check_output("systemctl show -p After -p Wants -p Type -p RemainAfterExit -p WantedBy gpuhost-gpu-settings.service").splitlines()
+    )
+    assert "nvidia-persistenced.service" in props["After"].split()
+    assert "nvidia-persistenced.service" in props["Wants"].split()
+    assert (props["Type"], props["RemainAfterExit"]) == ("oneshot", "yes")
+    assert "ExecStart=/usr/bin/python3 %s --spec %s --nvidia-smi /usr/bin/nvidia-smi" % (SCRIPT, SPEC) in unit.content_string
+
+
+def test_spec_file_holds_the_role_spec(host):
+    spec = host.file(SPEC)
+    assert (spec.user, spec.mode) == ("root", 0o644)
+    assert json.loads(spec.content_string) == {
+        "gpus": ["all"],
+        "persistence_mode": True,
+        "compute_mode": "EXCLUSIVE_PROCESS",
+        "power_limit": 250,
+        "applications_clocks": {"reset": True},
+        "locked_clocks": {"min_mhz": 1200, "max_mhz": 1400},
+        "mig_layout": [
+            {"profile": "3g.20gb", "compute_instances": ["1c.3g.20gb", "2c.3g.20gb"]},
+            {"profile": "1g.5gb", "count": 2},
+        ],
+        "nvidia_smi": "/usr/bin/nvidia-smi",
+    }
+    assert host.file(SCRIPT).mode == 0o755
+
+
+def test_boot_script_applies_the_same_settings(host):
+    """Run the installed script against a stand-in nvidia-smi and check every argument list it runs."""
+    host.run("rm -f /tmp/fake-smi.log /tmp/fake-smi")
+    host.run("cat > /tmp/fake-smi <<'EOF'\n%sEOF\nchmod 0755 /tmp/fake-smi" % FAKE_SMI)
+    result = host.run("/usr/bin/python3 %s --spec %s --nvidia-smi /tmp/fake-smi --driver-check %s" % (SCRIPT, SPEC, SPEC))
+    assert result.rc == 0, result.stdout + result.stderr
+    calls = host.file("/tmp/fake-smi.log").content_string.splitlines()
+    assert calls == [
+        "--query-gpu=index,uuid,pci.bus_id,name,mig.mode.current --format=csv,noheader",
+        "-i 0000:07:00.0 -pm 1",
+        "-i 0000:07:00.0 -c EXCLUSIVE_PROCESS",
+        "-i 0000:07:00.0 -pl 250",
+        "-i 0000:07:00.0 -rac",
+        "-i 0000:07:00.0 -lgc 1200,1400",
+        "mig -i 0000:07:00.0 -lgi",
+        "mig -i 0000:07:00.0 -cgi 3g.20gb",
+        "mig -i 0000:07:00.0 -gi 2 -cci 1c.3g.20gb",
+        "mig -i 0000:07:00.0 -gi 2 -cci 2c.3g.20gb",
+        "mig -i 0000:07:00.0 -cgi 1g.5gb",
+        "mig -i 0000:07:00.0 -gi 9 -cci 1g.5gb",
+        "mig -i 0000:07:00.0 -cgi 1g.5gb",
+        "mig -i 0000:07:00.0 -gi 9 -cci 1g.5gb",
+        "-i 0000:2a:00.0 -pm 1",
+        "-i 0000:2a:00.0 -c EXCLUSIVE_PROCESS",
+        "-i 0000:2a:00.0 -pl 250",
+        "-i 0000:2a:00.0 -rac",
+        "-i 0000:2a:00.0 -lgc 1200,1400",
+    ]
+
+
+def test_boot_script_without_driver_exits_quietly(host):
+    result = host.run("/usr/bin/python3 %s --spec %s" % (SCRIPT, SPEC))
+    assert result.rc == 0
+    assert "the nvidia kernel module is not loaded (/proc/driver/nvidia/version is missing); nothing to apply" in result.stdout
+
+
+def test_nvidia_smi_cannot_reach_a_driver(host):
+    result = host.run("nvidia-smi")
+    assert result.rc != 0
+
+
+def test_settings_module_reported_the_host_state_without_failing(host):
+    result = json.loads(host.file("/etc/gpuhost/test-gpu-settings-result.json").content_string)
+    assert result["state"] in ("driver_not_loaded", "no_gpu"), result
+    assert result["changed"] is False
+    assert result["skipped"] is True
+    assert "failed" not in result or result["failed"] is False
+    assert (result["gpus"], result["reboot_required"], result["reset_required"], result["applied"]) == ([], False, False, [])
+
+
+def test_check_mode_after_converge_changes_nothing(host, gpuhost_instance):
+    stats, would_change = converge_in_check_mode(gpuhost_instance)
+    assert stats["failures"] == 0 and stats["unreachable"] == 0, stats
+    assert would_change == [], f"check mode after converge would still change: {would_change}"
+    assert stats["changed"] == 0, stats
