@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build (or reuse) the podman test hosts.
-#   tests/hosts/build.sh [debian12 ...]
+#   tests/hosts/build.sh [debian12|rocky9|arch ...]
 # Each image is tagged localhost/gpuhost-<name>:<key>, where <key> hashes the builder's files,
 # and re-tagged :latest. An image whose key already exists is reused, so a second run costs
 # about a second. Needs root; installs podman, runc and debootstrap with apt when missing.
@@ -37,9 +37,14 @@ debian_mirror() {
     echo "${uri:-http://deb.debian.org/debian}"
 }
 
+# Images built on top of another one (emulated distros on the Debian 12 host).
+declare -A PARENT=([rocky9]=debian12 [arch]=debian12)
+
 content_key() {
-    # Everything that shapes the image: this script and the image's directory.
-    (cd "$here" && find build.sh "$1" -type f -print0 | sort -z | xargs -0 sha256sum) | sha256sum | cut -c1-12
+    # Everything that shapes the image: this script, the image's directory and its parent's.
+    local dirs=("$1")
+    [[ -n "${PARENT[$1]:-}" ]] && dirs+=("${PARENT[$1]}")
+    (cd "$here" && find build.sh "${dirs[@]}" -type f -print0 | sort -z | xargs -0 sha256sum) | sha256sum | cut -c1-12
 }
 
 build_base() {
@@ -64,22 +69,39 @@ build_debian12() {
         -t "localhost/gpuhost-debian12:$key" "$here/debian12" >/dev/null
 }
 
+# rocky9, arch: FROM the parent image built (or reused) for the same checkout.
+build_derived() {
+    local name="$1" key="$2" parent
+    parent=$(build_one "${PARENT[$name]}")
+    log "building localhost/gpuhost-$name:$key on $parent"
+    podman build --quiet --build-arg "BASE=$parent" -t "localhost/gpuhost-$name:$key" "$here/$name" >/dev/null
+}
+
+# Build or reuse one image; print its tag.
+build_one() {
+    local name="$1" key tag start
+    key=$(content_key "$name")
+    tag="localhost/gpuhost-$name:$key"
+    start=$SECONDS
+    if podman image exists "$tag"; then
+        log "$name: reusing $tag"
+    elif [[ -n "${PARENT[$name]:-}" ]]; then
+        build_derived "$name" "$key"
+        log "$name: built $tag in $((SECONDS - start)) s"
+    else
+        "build_$name" "$key"
+        log "$name: built $tag in $((SECONDS - start)) s"
+    fi
+    podman tag "$tag" "localhost/gpuhost-$name:latest"
+    echo "$tag"
+}
+
 main() {
     ensure_tools
-    local name key tag start
+    local name
     for name in "${@:-debian12}"; do
-        [[ -d "$here/$name" ]] || { log "unknown test host '$name' (have: debian12)"; exit 2; }
-        key=$(content_key "$name")
-        tag="localhost/gpuhost-$name:$key"
-        start=$SECONDS
-        if podman image exists "$tag"; then
-            log "$name: reusing $tag"
-        else
-            "build_$name" "$key"
-            log "$name: built $tag in $((SECONDS - start)) s"
-        fi
-        podman tag "$tag" "localhost/gpuhost-$name:latest"
-        echo "$tag"
+        [[ -d "$here/$name" && -f "$here/$name/Containerfile" ]] || { log "unknown test host '$name' (have: debian12 rocky9 arch)"; exit 2; }
+        build_one "$name"
     done
 }
 
