@@ -34,7 +34,7 @@ needs_corpus = pytest.mark.skipif(not PUBLIC_XML, reason="public fixture corpus 
 
 @needs_corpus
 def test_public_corpus_is_complete():
-    assert len(PUBLIC_XML) == 35
+    assert len(PUBLIC_XML) >= 35  # the corpus as documented in its SOURCES.md; fewer means files went missing
 
 
 @needs_corpus
