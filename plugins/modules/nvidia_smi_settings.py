@@ -23,12 +23,14 @@ description:
   - A host without GPUs or without a loaded NVIDIA driver is not an error. The module returns RV(state) (for example
     V(driver_not_loaded)), RV(msg) and C(skipped=true), changes nothing and does not fail the play.
 author:
-  - gpuhost.nvidia contributors
+  - gpuhost.nvidia developers (@gpuhost)
 requirements:
   - The NVIDIA driver, and the Python package C(nvidia-ml-py) (module C(pynvml)) on the managed host, or the
     C(nvidia-smi) binary in E(PATH).
   - O(mig_layout) needs NVML. O(reset_gpus) needs C(nvidia-smi).
   - Root privileges on the managed host to change settings.
+  - The P(gpuhost.nvidia.gpu_settings#role) role installs C(nvidia-persistenced), applies these settings and
+    re-applies them at boot.
 attributes:
   check_mode:
     support: full
@@ -62,7 +64,7 @@ options:
   power_limit:
     description:
       - The power management limit in watts. It must lie within the GPU's minimum and maximum limit
-        (see RV(ansible_facts.nvidia_gpu.gpus[].power_limit_min_w) of M(gpuhost.nvidia.nvidia_gpu_facts)).
+        (C(power_limit_min_w) and C(power_limit_max_w) in the facts of M(gpuhost.nvidia.nvidia_gpu_facts)).
       - Lost at reboot; the P(gpuhost.nvidia.gpu_settings#role) role re-applies it at boot.
     type: float
   applications_clocks:
@@ -143,8 +145,7 @@ options:
     default: /run/gpuhost/nvidia_smi_settings.json
 seealso:
   - module: gpuhost.nvidia.nvidia_gpu_facts
-  - role: gpuhost.nvidia.gpu_settings
-    description: Installs nvidia-persistenced, applies these settings and re-applies them at boot.
+    description: Reports the GPUs, their power limit range and their pending ECC and MIG modes.
   - name: nvidia-smi documentation
     description: The options this module mirrors (C(-pm), C(-c), C(-pl), C(-ac), C(-lgc), C(-e), C(-mig)).
     link: https://docs.nvidia.com/deploy/nvidia-smi/

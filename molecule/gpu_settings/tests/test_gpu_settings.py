@@ -75,7 +75,7 @@ def test_spec_file_holds_the_role_spec(host):
         ],
         "nvidia_smi": "/usr/bin/nvidia-smi",
     }
-    assert host.file(SCRIPT).mode == 0o755
+    assert host.file(SCRIPT).mode == 0o644
 
 
 def test_boot_script_applies_the_same_settings(host):

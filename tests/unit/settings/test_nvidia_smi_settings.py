@@ -148,7 +148,13 @@ def test_several_settings_in_one_run(settings_nvml, settle):
     fake = settings_nvml("h100_sxm_8x_nvswitch")
     out = settle(
         fake,
-        {"gpus": ["1", "2"], "persistence_mode": False, "compute_mode": "EXCLUSIVE_PROCESS", "power_limit": 450, "applications_clocks": {"memory_mhz": 2619, "graphics_mhz": 1980}},
+        {
+            "gpus": ["1", "2"],
+            "persistence_mode": False,
+            "compute_mode": "EXCLUSIVE_PROCESS",
+            "power_limit": 450,
+            "applications_clocks": {"memory_mhz": 2619, "graphics_mhz": 1980},
+        },
     )
     assert [(c[0], c[1]) for c in fake.setter_calls] == [
         ("nvmlDeviceSetPersistenceMode", 1),
@@ -501,9 +507,19 @@ BAD = [
         {"mig_layout": [{"profile": "3g.20gb", "compute_instances": ["1c.4g.20gb"]}]},
         "mig_layout: compute instance '1c.4g.20gb' does not belong to GPU instance profile 3g.20gb",
     ),
-    ("a malformed profile name", "a100_mig", {"mig_layout": [{"profile": "three slices"}]}, "mig_layout: 'three slices' is not a GPU instance profile name such as 1g.5gb or 3g.20gb"),
+    (
+        "a malformed profile name",
+        "a100_mig",
+        {"mig_layout": [{"profile": "three slices"}]},
+        "mig_layout: 'three slices' is not a GPU instance profile name such as 1g.5gb or 3g.20gb",
+    ),
     ("locked clocks upside down", "t4", {"locked_clocks": {"min_mhz": 1500, "max_mhz": 1200}}, "locked_clocks: min_mhz 1500 is above max_mhz 1200"),
-    ("application clocks with reset: false and no clocks", "t4", {"applications_clocks": {"reset": False}}, "applications_clocks needs memory_mhz and graphics_mhz, or reset: true"),
+    (
+        "application clocks with reset: false and no clocks",
+        "t4",
+        {"applications_clocks": {"reset": False}},
+        "applications_clocks needs memory_mhz and graphics_mhz, or reset: true",
+    ),
 ]
 
 

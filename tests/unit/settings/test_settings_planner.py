@@ -94,7 +94,8 @@ def test_plan_layout_keeps_matches_destroys_the_rest_and_creates_largest_first()
             {"gi": 7, "profile": "1g.5gb", "compute_instances": [{"ci": 0, "profile": "1g.5gb"}]},
         ]
     )
-    ops, kept = _settings.plan_layout(_settings.expand_layout([{"profile": "1g.5gb", "count": 2}, {"profile": "3g.20gb", "compute_instances": ["1c.3g.20gb"] * 3}]), gpu)
+    layout = _settings.expand_layout([{"profile": "1g.5gb", "count": 2}, {"profile": "3g.20gb", "compute_instances": ["1c.3g.20gb"] * 3}])
+    ops, kept = _settings.plan_layout(layout, gpu)
     assert kept == [{"profile": "1g.5gb", "compute_instances": ["1g.5gb"]}]
     assert [(o["op"], o.get("gi"), o["profile"]) for o in ops] == [
         ("destroy_ci", 1, "3g.20gb"),
@@ -228,7 +229,8 @@ def test_boot_script_runs_the_same_settings_for_the_selected_gpus(boot, tmp_path
 
 
 def test_boot_script_recreates_mig_instances_only_when_there_are_none(boot, tmp_path):
-    spec = _spec(tmp_path, gpus=["all"], mig_layout=[{"profile": "1g.5gb", "count": 2}, {"profile": "3g.20gb", "compute_instances": ["1c.3g.20gb", "2c.3g.20gb"]}])
+    layout = [{"profile": "1g.5gb", "count": 2}, {"profile": "3g.20gb", "compute_instances": ["1c.3g.20gb", "2c.3g.20gb"]}]
+    spec = _spec(tmp_path, gpus=["all"], mig_layout=layout)
     run = _runner(
         {
             tuple(boot.QUERY): (0, QUERY_OUT, ""),
