@@ -563,7 +563,7 @@ def build(request: dict[str, t.Any], facts: dict[str, t.Any] | None) -> Plan:
         units: list[Unit] | None = None
         if pairs is not None:
             ids = list(dict.fromkeys(text for _unit, text in pairs))
-            units = list({u.index_id: u for u, _text in pairs if u is not None}.values()) if all(u for u, _ in pairs) else None
+            units = list({u.index_id: u for u, _text in pairs if u is not None}.values()) if all(u for u, _text in pairs) else None
             for unit, _text in pairs:
                 if unit is not None and id_format == "uuid" and not unit.uuid:
                     plan.warnings.append(

@@ -22,7 +22,7 @@ description:
     entry is replaced as a whole by the generated one. Comments in the file are not kept.
   - The file is written atomically, only when its content changes, and keeps its mode and owner.
 author:
-  - gpuhost.nvidia contributors
+  - gpuhost.nvidia developers (@gpuhost)
 requirements:
   - PyYAML on the managed host (C(python3-yaml) on Debian and Ubuntu, C(python3-pyyaml) on RHEL, C(python-yaml) on Arch).
   - For O(validate=true), C(docker compose) (v2) or C(docker-compose) on the managed host.
@@ -123,7 +123,7 @@ options:
       ulimits:
         description:
           - Ulimits, each a number (V(-1) is unlimited) or a mapping with C(soft) and C(hard). NVIDIA recommends
-            C({memlock: -1, stack: 67108864}) for deep learning containers.
+            C(memlock) V(-1) and C(stack) V(67108864) for deep learning containers.
         type: dict
       runtime:
         description:
