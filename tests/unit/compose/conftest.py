@@ -63,8 +63,8 @@ class FailJson(Exception):
 
 
 @pytest.fixture
-def run_module(monkeypatch: pytest.MonkeyPatch) -> t.Callable[..., tuple[bool, dict[str, t.Any]]]:
-    """``run_module(main, {...args})`` returns (failed, result) with the warnings in result['warnings']."""
+def run_compose_module(monkeypatch: pytest.MonkeyPatch) -> t.Callable[..., tuple[bool, dict[str, t.Any]]]:
+    """``run_compose_module(main, {...args})`` returns (failed, result) with the warnings in result['warnings']."""
 
     def exit_json(self: basic.AnsibleModule, **kwargs: t.Any) -> None:
         kwargs.setdefault("changed", False)

@@ -31,14 +31,14 @@ def project(tmp_path):
 
 
 @pytest.fixture
-def run(run_module, tmp_path, monkeypatch):
+def run(run_compose_module, tmp_path, monkeypatch):
     # module.tmpdir lives under the remote tmp; keep it inside the test's tmp_path.
     remote_tmp = tmp_path / "remote-tmp"
     remote_tmp.mkdir()
 
     def call(args: dict[str, t.Any], check: bool = False, diff: bool = True) -> tuple[bool, dict[str, t.Any]]:
         full = dict(args, _ansible_check_mode=check, _ansible_diff=diff, _ansible_remote_tmp=str(remote_tmp), _ansible_keep_remote_files=False)
-        return run_module(gpu_compose_override.main, full)
+        return run_compose_module(gpu_compose_override.main, full)
 
     return call
 
@@ -329,7 +329,7 @@ def test_real_docker_compose_rejects_a_broken_merge(run, project, facts):
 # ------------------------------------------------------------------------------------------- the file helper itself
 
 
-def test_write_file_helper_directly(run_module, tmp_path):
+def test_write_file_helper_directly(run_compose_module, tmp_path):
     """_files.write_file works for any module (add_file_common_args not required)."""
     from ansible.module_utils.basic import AnsibleModule
     from ansible.module_utils.testing import patch_module_args
