@@ -17,7 +17,7 @@ export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/$(VENV)/$(SITE)
 ROLE ?=
 DISTRO ?=
 
-.PHONY: help venv deps images unit sanity lint changelog-lint build molecule test demo clean
+.PHONY: help venv deps images repos unit sanity lint changelog-lint build molecule test demo clean
 
 help:
 	@sed -n '2,5p' Makefile
@@ -36,17 +36,26 @@ $(COLLECTION_LINK): $(VENV)/.stamp
 
 venv: $(COLLECTION_LINK)
 
-# System packages the tiers need (Debian/Ubuntu): podman + runc for the test hosts,
-# debootstrap to build them, shellcheck for ansible-test's shellcheck sanity test.
+# System packages the tiers need (Debian/Ubuntu), as "command:package" pairs: podman + runc
+# for the test hosts and debootstrap to build them; shellcheck for ansible-test's shellcheck
+# test; docker-compose for the compose merge tests; and the tools that build the local signed
+# apt/rpm/pacman test repositories (tests/repos/README.md).
+DEPS := podman:podman runc:runc debootstrap:debootstrap shellcheck:shellcheck docker-compose:docker-compose \
+	gpg:gnupg dpkg-deb:dpkg apt-ftparchive:apt-utils rpmbuild:rpm rpmsign:rpm createrepo_c:createrepo-c \
+	modifyrepo_c:createrepo-c repo-add:pacman-package-manager bsdtar:libarchive-tools zstd:zstd
 deps:
-	@missing=(); for p in podman runc debootstrap shellcheck; do command -v $$p >/dev/null || missing+=($$p); done; \
+	@missing=(); for pair in $(DEPS); do command -v $${pair%%:*} >/dev/null || missing+=($${pair#*:}); done; \
 	if (( $${#missing[@]} )); then echo "apt-get install $${missing[*]}"; apt-get update -qq; \
-	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$${missing[@]}" uidmap slirp4netns >/dev/null; fi
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$${missing[@]}" uidmap slirp4netns >/dev/null; fi
 
 images: deps
-	tests/hosts/build.sh debian12
+	tests/hosts/build.sh debian12 rocky9 arch
 
-unit: venv
+# Local signed apt/rpm/pacman repositories of stub packages (.cache/repos/current).
+repos: venv deps
+	$(VBIN)/python tests/repos/build.py
+
+unit: venv deps
 	$(VBIN)/python -m pytest tests/unit -q -p no:cacheprovider
 
 sanity: venv deps
@@ -63,7 +72,7 @@ changelog-lint: venv
 build: venv
 	tests/build/check.sh
 
-molecule: venv images
+molecule: venv images repos
 	tests/molecule/run.sh $(ROLE) $(DISTRO)
 
 test: venv

@@ -77,7 +77,7 @@ def converge_in_check_mode(hostname: str) -> tuple[dict, list[str]]:
 
 
 def _wait_for_systemd(name: str) -> None:
-    for _ in range(60):
+    for _attempt in range(60):
         state = subprocess.run(["podman", "exec", name, "systemctl", "is-system-running"], capture_output=True, text=True, check=False)
         if state.stdout.strip() in ("running", "degraded"):
             return
