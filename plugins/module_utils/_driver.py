@@ -1,0 +1,493 @@
+# Copyright (c) gpuhost.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Pure decisions for the nvidia_driver role: source, branch, version, flavour, fabric manager, preflight errors.
+
+Private to this collection: no compatibility promise outside gpuhost.nvidia.
+
+Everything here takes plain data (the role's request, the GPU facts, what the role probed on the host, and the
+per-distribution capability table from the role's vars/) and returns plain data. Nothing is run or written, so the
+role can fail with every reason at once before it changes anything. GPU tables (architecture, CUDA per branch,
+open-module support, legacy branches) come from ``_catalog``; this module holds no copy of them.
+"""
+
+from __future__ import annotations
+
+import re
+import typing as t
+from collections.abc import Mapping, Sequence
+
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _catalog
+from ansible_collections.gpuhost.nvidia.plugins.module_utils._common import normalize_bus_id, version_tuple
+
+FLAVOURS = ("auto", "open", "proprietary")
+SOURCES = ("auto", "nvidia", "distro")
+PASSTHROUGH_POLICIES = ("fail", "exclude")
+TRISTATE = ("auto", "true", "false")
+
+# First driver branch that drives an architecture (NVIDIA driver release notes, "supported products"): H100 and the Ada
+# boards arrived with 525, the Blackwell parts (B200, RTX 50) with 570. Older architectures run on every branch the role
+# knows until their last one (``_catalog.LAST_BRANCH``).
+FIRST_BRANCH: dict[str, int] = {"Hopper": 525, "Ada Lovelace": 525, "Blackwell": 570}
+
+# NVIDIA's Fabric Manager guide: from the 570 branch, HGX systems with NVLink 5 (Blackwell) NVSwitches also need the
+# NVLink Subnet Manager (nvlsm) next to Fabric Manager.
+NVLSM_FIRST_BRANCH = 570
+NVLSM_ARCHITECTURES = ("Blackwell",)
+
+_VERSION_RE = re.compile(r"^(\d{3})\.\d{1,3}(?:\.\d{1,3})?$")
+
+
+def _as_list(value: t.Any) -> list[t.Any]:
+    if value is None or value == "":
+        return []
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        return [value]
+    return list(value)
+
+
+def _tristate(value: t.Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    text = str(value if value is not None else "auto").strip().lower()
+    return {"yes": "true", "no": "false", "on": "true", "off": "false"}.get(text, text)
+
+
+def parse_branch(value: t.Any) -> int | None:
+    """``580``, ``"580"`` or ``"580.65.06"`` -> 580; None for empty or unparsable values."""
+    if value is None or value == "" or isinstance(value, bool):
+        return None
+    match = re.match(r"^\s*(\d{3})(?:\.|\s*$)", str(value))
+    return int(match.group(1)) if match else None
+
+
+def gpu_architecture(gpu: Mapping[str, t.Any]) -> str | None:
+    """Architecture of one GPU (or PCI function) of the facts: the facts' name, else the catalog's from the PCI id."""
+    return (
+        _catalog.normalize_architecture(gpu.get("architecture"))
+        or _catalog.architecture(gpu.get("compute_capability"))
+        or _catalog.architecture(gpu.get("pci_device_id"))
+    )
+
+
+def _gpus(facts: Mapping[str, t.Any]) -> list[dict[str, t.Any]]:
+    """GPUs from the facts; GPU-class PCI functions that no richer source listed are added from pci_functions."""
+    out: list[dict[str, t.Any]] = []
+    seen: set[str] = set()
+    for gpu in facts.get("gpus") or []:
+        if not isinstance(gpu, Mapping):
+            continue
+        bus = normalize_bus_id(gpu.get("pci_bus_id"))
+        out.append({**gpu, "pci_bus_id": bus})
+        if bus:
+            seen.add(bus)
+    for fn in facts.get("pci_functions") or []:
+        if not isinstance(fn, Mapping) or fn.get("type", "gpu") != "gpu":
+            continue
+        bus = normalize_bus_id(fn.get("pci_bus_id"))
+        if bus and bus not in seen:
+            out.append({**fn, "pci_bus_id": bus})
+            seen.add(bus)
+    return out
+
+
+def choose_source(requested: str, capabilities: Mapping[str, t.Any]) -> str | None:
+    """``auto`` means NVIDIA's repository where NVIDIA publishes one for this distribution, else the distribution's."""
+    sources = capabilities.get("sources") or {}
+    if requested != "auto":
+        return requested
+    if (sources.get("nvidia") or {}).get("available"):
+        return "nvidia"
+    if (sources.get("distro") or {}).get("available"):
+        return "distro"
+    return None
+
+
+def plan(
+    request: Mapping[str, t.Any],
+    facts: Mapping[str, t.Any] | None,
+    host: Mapping[str, t.Any],
+    capabilities: Mapping[str, t.Any],
+) -> dict[str, t.Any]:
+    """Decide what the role installs, or why it must not.
+
+    request: source, flavour, branch, version, cuda_version, cuda_minor_version_compatibility, passthrough_pci_addresses,
+        passthrough_policy, fabric_manager, nvlsm, secure_boot_mok, force, require_headers, reboot.
+    facts: ansible_facts.nvidia_gpu (may be empty).
+    host: distribution, distribution_major_version, connection, secure_boot (True/False/None), headers_present,
+        runfile_install (list of paths found), installed_packages (names), foreign_repo_files (paths).
+    capabilities: the role's per-distribution table (``__nvidia_driver_capabilities``): supported, name, versions,
+        sources: {nvidia|distro: {available, branches, flavours, signed_modules, dkms, fabric_manager, foreign_packages,
+        note}}.
+
+    Returns a dict with the decision and ``errors`` (every reason the role must stop, empty when it may go on).
+    """
+    facts = facts or {}
+    errors: list[str] = []
+    notes: list[str] = []
+    distro = "%s %s" % (host.get("distribution") or "unknown", host.get("distribution_version") or host.get("distribution_major_version") or "")
+    distro = distro.strip()
+    result: dict[str, t.Any] = {
+        "act": True,
+        "skip_reason": None,
+        "source": None,
+        "flavour": None,
+        "branch": None,
+        "version": None,
+        "dkms": None,
+        "signed_modules": False,
+        "fabric_manager": False,
+        "nvlsm": False,
+        "gpus": [],
+        "excluded_gpus": [],
+        "architectures": [],
+        "secure_boot": {"enabled": host.get("secure_boot"), "path": None},
+        "notes": notes,
+        "errors": errors,
+    }
+
+    gpus = _gpus(facts)
+    present = bool(facts.get("present")) or bool(gpus)
+    force = bool(request.get("force"))
+    if not present and not force:
+        result["act"] = False
+        result["skip_reason"] = (
+            "no NVIDIA GPU on this host (ansible_facts.nvidia_gpu.present is false): nothing to drive; "
+            "set nvidia_driver_force: true to install the driver anyway"
+        )
+        return result
+
+    # Inputs that need no host knowledge.
+    flavour = str(request.get("flavour") or "auto")
+    if flavour not in FLAVOURS:
+        errors.append("nvidia_driver_flavour must be one of %s, got %r" % (", ".join(FLAVOURS), flavour))
+    source_req = str(request.get("source") or "auto")
+    if source_req not in SOURCES:
+        errors.append("nvidia_driver_source must be one of %s, got %r" % (", ".join(SOURCES), source_req))
+    policy = str(request.get("passthrough_policy") or "fail")
+    if policy not in PASSTHROUGH_POLICIES:
+        errors.append("nvidia_driver_passthrough_policy must be one of %s, got %r" % (", ".join(PASSTHROUGH_POLICIES), policy))
+
+    version = str(request.get("version") or "").strip() or None
+    branch_req = request.get("branch")
+    branch = parse_branch(branch_req) if branch_req not in (None, "") else None
+    if branch_req not in (None, "") and (branch is None or str(branch_req).strip() != str(branch)):
+        errors.append("nvidia_driver_branch must be a driver branch number such as 580, got %r" % (branch_req,))
+        branch = None
+    elif branch is not None and branch not in _catalog.BRANCH_MAX_CUDA:
+        errors.append(
+            "unknown driver branch %d: the catalog knows %s" % (branch, ", ".join(str(b) for b in sorted(_catalog.BRANCH_MAX_CUDA) if b >= 470))
+        )
+        branch = None
+    if version is not None:
+        match = _VERSION_RE.match(version)
+        if not match:
+            errors.append("nvidia_driver_version must be a full driver version such as 580.65.06, got %r" % version)
+            version = None
+        else:
+            version_branch = int(match.group(1))
+            if branch is not None and version_branch != branch:
+                errors.append("nvidia_driver_version %s is not on nvidia_driver_branch %d" % (version, branch))
+            branch = version_branch if branch is None else branch
+    result["version"] = version
+
+    # Distribution and source.
+    if not capabilities.get("supported"):
+        errors.append(
+            "unsupported distribution %s: this role supports %s" % (distro, capabilities.get("supported_list") or "Debian 12, Ubuntu 22.04/24.04, EL 8-10, Fedora, Arch Linux")
+        )
+        return result
+    versions = [str(v) for v in _as_list(capabilities.get("versions"))]
+    major = str(host.get("distribution_major_version") or "")
+    full = str(host.get("distribution_version") or "")
+    if versions and major not in versions and full not in versions:
+        errors.append("unsupported %s release %s: this role supports %s %s" % (host.get("distribution"), full or major, host.get("distribution"), ", ".join(versions)))
+        return result
+    source = choose_source(source_req, capabilities) if source_req in SOURCES else None
+    src_caps: Mapping[str, t.Any] = ((capabilities.get("sources") or {}).get(source) or {}) if source else {}
+    if source is None or not src_caps.get("available"):
+        why = src_caps.get("note") if src_caps else None
+        errors.append(
+            "driver source %r is not available on %s%s" % (source or source_req, distro, (": " + why) if why else "")
+        )
+        return result
+    result["source"] = source
+    result["dkms"] = bool(src_caps.get("dkms", True))
+    result["signed_modules"] = bool(src_caps.get("signed_modules"))
+
+    # Branch: what the source offers.
+    offered = sorted(int(b) for b in _as_list(src_caps.get("branches")))
+    if branch is None:
+        default = src_caps.get("default_branch")
+        branch = parse_branch(default) if default not in (None, "") else None
+    if branch is not None and offered and branch not in offered:
+        errors.append(
+            "driver branch %d is not offered by the %s source on %s (offered: %s)" % (branch, source, distro, ", ".join(str(b) for b in offered))
+        )
+    result["branch"] = branch
+
+    # CUDA requirement.
+    cuda = str(request.get("cuda_version") or "").strip() or None
+    if cuda is not None:
+        errors.extend(check_cuda(version or branch, cuda, bool(request.get("cuda_minor_version_compatibility"))))
+
+    # GPUs, passthrough.
+    passthrough = {normalize_bus_id(a) or str(a) for a in _as_list(request.get("passthrough_pci_addresses"))}
+    for addr in sorted(a for a in passthrough if not re.match(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$", a)):
+        errors.append("nvidia_driver_passthrough_pci_addresses: %r is not a PCI address (dddd:bb:dd.f)" % addr)
+    driven: list[dict[str, t.Any]] = []
+    excluded: list[dict[str, t.Any]] = []
+    for gpu in gpus:
+        bound = gpu.get("bound_driver")
+        listed = gpu.get("pci_bus_id") in passthrough
+        if listed or bound in ("vfio-pci", "pci-stub"):
+            excluded.append(gpu)
+        else:
+            driven.append(gpu)
+    if excluded:
+        desc = ", ".join("%s (bound to %s%s)" % (g.get("pci_bus_id"), g.get("bound_driver") or "no driver", ", listed for passthrough" if g.get("pci_bus_id") in passthrough else "") for g in excluded)
+        if policy == "fail":
+            errors.append(
+                "GPUs meant for passthrough are on this host: %s. The nvidia driver would claim them; set "
+                "nvidia_driver_passthrough_policy: exclude to keep them on vfio-pci" % desc
+            )
+        else:
+            unbound = [g for g in excluded if g.get("bound_driver") not in ("vfio-pci", "pci-stub")]
+            if unbound:
+                errors.append(
+                    "passthrough GPUs %s are not bound to vfio-pci yet: bind them first (gpuhost.nvidia.vfio_passthrough), "
+                    "or the nvidia driver claims them at the next boot" % ", ".join(str(g.get("pci_bus_id")) for g in unbound)
+                )
+    result["gpus"] = [g.get("pci_bus_id") for g in driven]
+    result["excluded_gpus"] = [g.get("pci_bus_id") for g in excluded]
+    if gpus and not driven and not force:
+        result["act"] = False
+        result["skip_reason"] = "every NVIDIA GPU on this host is meant for passthrough (%s): nothing for the nvidia driver to drive" % ", ".join(
+            str(g.get("pci_bus_id")) for g in excluded
+        )
+        result["errors"] = []
+        return result
+
+    arch_by_gpu = [(g.get("pci_bus_id"), gpu_architecture(g)) for g in driven]
+    archs = sorted({a for _b, a in arch_by_gpu if a}, key=_catalog.ARCHITECTURES.index)
+    result["architectures"] = archs
+
+    # Flavour.
+    flavours_offered = [str(f) for f in _as_list(src_caps.get("flavours"))] or ["open", "proprietary"]
+    chosen, flavour_errors = choose_flavour(flavour, arch_by_gpu, flavours_offered)
+    errors.extend(flavour_errors)
+    if chosen and chosen not in flavours_offered:
+        errors.append(
+            "the %s kernel modules are not offered by the %s source on %s%s"
+            % (chosen, source, distro, (": " + str(src_caps.get("flavour_note"))) if src_caps.get("flavour_note") else "")
+        )
+    result["flavour"] = chosen
+
+    # Branch against the GPUs.
+    if branch is not None:
+        errors.extend(check_branch_for_gpus(branch, arch_by_gpu))
+
+    # Secure Boot.
+    if host.get("secure_boot"):
+        if result["signed_modules"] and not result["dkms"]:
+            result["secure_boot"]["path"] = "signed"
+        elif request.get("secure_boot_mok"):
+            result["secure_boot"]["path"] = "mok"
+        else:
+            errors.append(
+                "Secure Boot is enabled and the %s source on %s builds unsigned DKMS modules that would not load: set "
+                "nvidia_driver_secure_boot_mok: true to sign them with a Machine Owner Key (enrolment is then pending until "
+                "the next boot's MokManager), or use a source with signed modules%s" % (source, distro, _signed_hint(capabilities))
+            )
+    elif host.get("secure_boot") is False:
+        result["secure_boot"]["path"] = "off"
+
+    # Kernel headers for DKMS.
+    if result["dkms"] and host.get("headers_present") is False:
+        message = (
+            "no kernel headers for the running kernel %s (and no package providing them could be found): DKMS cannot build "
+            "the module" % (host.get("kernel") or "")
+        )
+        if request.get("require_headers", True):
+            errors.append(message + "; install them, or set nvidia_driver_require_headers: false to install anyway")
+        else:
+            notes.append(message + " (nvidia_driver_require_headers is false: installing anyway)")
+
+    # Earlier, conflicting installs.
+    runfiles = _as_list(host.get("runfile_install"))
+    if runfiles:
+        errors.append(
+            "a driver installed with NVIDIA's .run installer is present (%s): remove it with nvidia-uninstall before "
+            "installing packages" % ", ".join(str(p) for p in runfiles)
+        )
+    foreign_pkgs = set(str(p) for p in _as_list(src_caps.get("foreign_packages")))
+    installed = set(str(p) for p in _as_list(host.get("installed_packages")))
+    clash = sorted(foreign_pkgs & installed)
+    if clash:
+        errors.append(
+            "packages from another NVIDIA driver source are installed (%s): remove them before installing from the %s source"
+            % (", ".join(clash), source)
+        )
+    foreign_repos = _as_list(host.get("foreign_repo_files"))
+    if foreign_repos:
+        errors.append(
+            "another NVIDIA driver repository is configured (%s): remove it, or choose nvidia_driver_source: %s"
+            % (", ".join(str(p) for p in foreign_repos), "distro" if source == "nvidia" else "nvidia")
+        )
+
+    # Fabric Manager and NVLSM.
+    nvswitches = int(facts.get("nvswitch_count") or 0)
+    fm_req = _tristate(request.get("fabric_manager"))
+    fabric_manager = nvswitches > 0 if fm_req == "auto" else fm_req == "true"
+    if fabric_manager and not src_caps.get("fabric_manager"):
+        errors.append(
+            "this host has %d NVSwitch(es) and needs NVIDIA Fabric Manager, which the %s source on %s does not ship: use "
+            "nvidia_driver_source: nvidia" % (nvswitches, source, distro)
+            if nvswitches
+            else "nvidia_driver_fabric_manager is true but the %s source on %s does not ship Fabric Manager" % (source, distro)
+        )
+    nvlsm_req = _tristate(request.get("nvlsm"))
+    if nvlsm_req == "auto":
+        nvlsm = bool(fabric_manager and branch is not None and branch >= NVLSM_FIRST_BRANCH and any(a in NVLSM_ARCHITECTURES for a in archs))
+    else:
+        nvlsm = nvlsm_req == "true"
+    result["fabric_manager"] = fabric_manager
+    result["nvlsm"] = nvlsm
+
+    # Reboot policy.
+    reboot = str(request.get("reboot") or "never")
+    if reboot not in ("never", "if_needed", "always"):
+        errors.append("nvidia_driver_reboot must be never, if_needed or always, got %r" % reboot)
+    elif reboot != "never" and host.get("connection") == "local":
+        errors.append(
+            "nvidia_driver_reboot is %s but this host is managed over a local connection: rebooting would kill this run. "
+            "Use nvidia_driver_reboot: never and reboot yourself" % reboot
+        )
+    return result
+
+
+def _signed_hint(capabilities: Mapping[str, t.Any]) -> str:
+    signed = [name for name, caps in (capabilities.get("sources") or {}).items() if (caps or {}).get("signed_modules") and (caps or {}).get("available")]
+    return " (here: nvidia_driver_source: %s)" % signed[0] if signed else ""
+
+
+def choose_flavour(requested: str, arch_by_gpu: Sequence[tuple[t.Any, str | None]], offered: Sequence[str]) -> tuple[str | None, list[str]]:
+    """Open or proprietary kernel modules for these GPUs; errors for a combination that cannot work."""
+    errors: list[str] = []
+    no_open = [(bus, a) for bus, a in arch_by_gpu if a and _catalog.open_module_supported(a) is False]
+    need_open = [(bus, a) for bus, a in arch_by_gpu if a and _catalog.open_module_required(a)]
+    if requested == "auto":
+        if need_open and no_open:
+            errors.append(
+                "no kernel module flavour drives all GPUs: %s need the open modules, %s are not supported by them"
+                % (_describe(need_open), _describe(no_open))
+            )
+            return None, errors
+        if no_open:
+            return "proprietary", errors
+        if need_open or arch_by_gpu:
+            return "open", errors
+        # Forced host without GPU facts: NVIDIA's default since the 560 branch.
+        return ("open" if "open" in offered else (offered[0] if offered else "open")), errors
+    if requested == "open" and no_open:
+        errors.append(
+            "the open kernel modules do not support %s: use nvidia_driver_flavour: proprietary (or auto)" % _describe(no_open)
+        )
+    if requested == "proprietary" and need_open:
+        errors.append(
+            "%s require the open kernel modules; the proprietary modules cannot drive them: use nvidia_driver_flavour: open (or auto)"
+            % _describe(need_open)
+        )
+    return (requested if requested in ("open", "proprietary") else None), errors
+
+
+def _describe(entries: Sequence[tuple[t.Any, str | None]]) -> str:
+    by_arch: dict[str, list[str]] = {}
+    for bus, arch in entries:
+        by_arch.setdefault(str(arch), []).append(str(bus))
+    return "; ".join("%s GPUs (%s)" % (arch, ", ".join(buses)) for arch, buses in by_arch.items())
+
+
+def check_branch_for_gpus(branch: int, arch_by_gpu: Sequence[tuple[t.Any, str | None]]) -> list[str]:
+    errors = []
+    too_new = [(bus, a) for bus, a in arch_by_gpu if a and (_catalog.last_supported_branch(a) or 10**6) < branch]
+    too_old = [(bus, a) for bus, a in arch_by_gpu if a and FIRST_BRANCH.get(a, 0) > branch]
+    for bus, arch in too_new:
+        errors.append(
+            "driver branch %d no longer supports %s GPU %s: its last branch is %d" % (branch, arch, bus, _catalog.last_supported_branch(arch))
+        )
+    for bus, arch in too_old:
+        errors.append("driver branch %d predates %s GPU %s: it needs branch %d or newer" % (branch, arch, bus, FIRST_BRANCH[arch]))
+    return errors
+
+
+def check_cuda(driver: t.Any, cuda: str, minor_compat: bool = False) -> list[str]:
+    """Errors when a driver version or branch cannot run CUDA ``cuda`` (empty list when it can)."""
+    if driver in (None, ""):
+        return ["nvidia_driver_cuda_version %s is set but no branch or version is chosen to check it against" % cuda]
+    driver_text = str(driver)
+    supported = _catalog.cuda_supported(driver_text, cuda, minor_compat)
+    if supported is None:
+        return ["cannot tell whether driver %s runs CUDA %s: the CUDA version is unknown to the catalog" % (driver_text, cuda)]
+    if supported:
+        return []
+    branch = parse_branch(driver_text)
+    branch_max = _catalog.max_cuda_for_branch(branch) if branch else None
+    minimum = _catalog.min_driver_for_cuda(cuda)
+    what = "driver %s" % driver_text if "." in driver_text else "driver branch %s" % driver_text
+    needs = ""
+    if minimum:
+        needs = "; CUDA %s needs driver %s or newer (branch %s+)" % (cuda, minimum, parse_branch(minimum))
+    return ["%s cannot run CUDA %s: it supports CUDA up to %s%s" % (what, cuda, branch_max or "an older release", needs)]
+
+
+def _upstream(version: t.Any) -> str:
+    """Upstream part of a package version: ``3:580.65.06-1.el9`` -> ``580.65.06``, ``535.261.03-1~deb12u1`` -> ``535.261.03``."""
+    return re.sub(r"^\d+:", "", str(version or "").strip()).split("-")[0].split("~")[0]
+
+
+def check_candidate(plan_result: Mapping[str, t.Any], candidates: t.Any, request: Mapping[str, t.Any], source_label: str = "") -> list[str]:
+    """Errors when no version the package manager offers fits the plan (branch, exact version, CUDA); empty when one does.
+
+    ``candidates`` is one version or a list of them, as the package manager prints them (epoch and revision included).
+    """
+    where = " from %s" % source_label if source_label else ""
+    offered = sorted({u for u in (_upstream(c) for c in _as_list(candidates)) if _VERSION_RE.match(u)}, key=version_tuple, reverse=True)
+    if not offered:
+        return ["no installable NVIDIA driver package%s: is the repository configured and enabled?" % where]
+    fitting = offered
+    branch = plan_result.get("branch")
+    if branch is not None:
+        fitting = [v for v in fitting if parse_branch(v) == int(branch)]
+        if not fitting:
+            return ["driver branch %s was requested but the package manager offers only %s%s" % (branch, ", ".join(offered), where)]
+    version = plan_result.get("version")
+    if version:
+        fitting = [v for v in fitting if version_tuple(v) == version_tuple(version)]
+        if not fitting:
+            return ["driver %s was requested but the package manager offers only %s%s" % (version, ", ".join(offered), where)]
+    cuda = str(request.get("cuda_version") or "").strip()
+    if cuda:
+        return check_cuda(fitting[0], cuda, bool(request.get("cuda_minor_version_compatibility")))
+    return []
+
+
+def gpg_primary_fingerprints(colons: t.Any) -> list[str]:
+    """Fingerprints of the primary keys in ``gpg --with-colons`` output (``pub`` records, not subkeys)."""
+    out: list[str] = []
+    expect = False
+    for line in str(colons or "").splitlines():
+        fields = line.split(":")
+        if fields[0] == "pub":
+            expect = True
+        elif fields[0] == "sub":
+            expect = False
+        elif fields[0] == "fpr" and expect and len(fields) > 9:
+            out.append(fields[9].upper())
+            expect = False
+    return out
+
+
+def normalize_fingerprint(value: t.Any) -> str:
+    return re.sub(r"[^0-9A-Fa-f]", "", str(value or "")).upper()
