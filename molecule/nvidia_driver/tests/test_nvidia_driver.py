@@ -1,0 +1,214 @@
+"""Verify nvidia_driver on the scenario's hosts (Debian 12 real packages; emulated Rocky 9 and Arch on stub repos).
+
+No GPU and no loadable kernel module exist in the containers: the driver is checked as installed, pinned, registered
+with DKMS and configured, and the role is expected to say that a reboot is needed because the module is not loaded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from gpuhost_testinfra import changed_tasks, check_mode_predicts_converge, converge_in_check_mode, run_playbook_json
+
+SCENARIO = Path(os.environ.get("MOLECULE_SCENARIO_DIRECTORY", Path(__file__).resolve().parent.parent))
+REPOS = SCENARIO.parent.parent / ".cache" / "repos" / "current"
+PREFIX = "gpuhost-nvidia_driver-"
+
+EXPECTED = {
+    "debian12-proprietary": {
+        "installed": ["nvidia-kernel-dkms", "nvidia-smi", "libcuda1"],
+        "absent": ["nvidia-open-kernel-dkms", "nvidia-driver", "xserver-xorg-video-nvidia"],
+        "dkms": "nvidia-current/535.261.03: added",
+        "branch": "535",
+    },
+    "debian12-open": {
+        "installed": ["nvidia-open-kernel-dkms", "nvidia-smi", "libcuda1"],
+        "absent": ["nvidia-kernel-dkms", "nvidia-driver", "xserver-xorg-video-nvidia"],
+        "dkms": "nvidia-current-open/535.261.03: added",
+        "branch": "535",
+    },
+    "rocky9": {"installed": ["nvidia-driver", "kmod-nvidia-open-dkms", "nvidia-persistenced", "nvidia-fabric-manager"], "absent": [],
+               "branch": "580"},
+    "arch": {"installed": ["nvidia-utils", "nvidia-open-dkms"], "absent": ["nvidia-open"], "branch": "580"},
+}
+INITRAMFS_LOG = {
+    "debian12-proprietary": ("/var/log/gpuhost-update-initramfs.log", "-u -k all"),
+    "debian12-open": ("/var/log/gpuhost-update-initramfs.log", "-u -k all"),
+    "rocky9": ("/var/log/gpuhost-stub-dracut.log", "-f --regenerate-all"),
+    "arch": ("/var/log/gpuhost-stub-mkinitcpio.log", "mkinitcpio -P"),
+}
+
+
+@pytest.fixture(scope="module")
+def case(gpuhost_instance):
+    return gpuhost_instance[len(PREFIX):]
+
+
+@pytest.fixture(scope="module")
+def runs(host):
+    lines = host.file("/root/nvidia_driver_runs.jsonl").content_string.splitlines()
+    return [json.loads(line) for line in lines]
+
+
+def test_driver_packages_are_installed(host, case):
+    for name in EXPECTED[case]["installed"]:
+        assert host.package(name).is_installed, name
+    for name in EXPECTED[case]["absent"]:
+        assert not host.package(name).is_installed, name
+
+
+def test_branch_is_pinned(host, case):
+    branch = EXPECTED[case]["branch"]
+    if case.startswith("debian12"):
+        pref = host.file("/etc/apt/preferences.d/gpuhost-nvidia-driver.pref")
+        assert (pref.user, pref.mode) == ("root", 0o644)
+        assert f"Pin: version {branch}.*" in pref.content_string and "Pin-Priority: 1001" in pref.content_string
+        module = "nvidia-kernel-dkms" if case.endswith("proprietary") else "nvidia-open-kernel-dkms"
+        policy = host.check_output(f"apt-cache policy {module}")
+        assert re.search(rf"\*\*\* {branch}\.\S+ 1001", policy), policy
+    elif case == "rocky9":
+        stream = host.file("/etc/dnf/modules.d/nvidia-driver.module").content_string
+        assert "stream=580-open" in stream and "state=enabled" in stream
+        assert re.search(r"nvidia-driver\s+580-open \[e\]", host.check_output("dnf -q module list --enabled nvidia-driver"))
+    else:
+        assert host.check_output("pacman-conf IgnorePkg").split() == [
+            "nvidia-utils", "nvidia-open", "nvidia-open-dkms", "nvidia-settings", "opencl-nvidia", "lib32-nvidia-utils"]
+
+
+def test_nouveau_is_blacklisted_in_the_roles_own_file(host):
+    conf = host.file("/etc/modprobe.d/gpuhost-nvidia-blacklist-nouveau.conf")
+    assert (conf.user, conf.group, conf.mode) == ("root", "root", 0o644)
+    lines = [line for line in conf.content_string.splitlines() if line and not line.startswith("#")]
+    assert lines == ["blacklist nouveau", "options nouveau modeset=0"]
+
+
+def test_initramfs_was_regenerated_once_by_the_handler(host, case):
+    path, args = INITRAMFS_LOG[case]
+    calls = host.file(path).content_string.splitlines()
+    # converge, idempotence and check mode: the handler ran on the first converge only.
+    assert calls.count(args) == 1, calls
+
+
+def test_dkms_registration(host, case):
+    if "dkms" not in EXPECTED[case]:
+        pytest.skip("the stub packages of the emulated hosts carry no DKMS tree")
+    assert EXPECTED[case]["dkms"] in host.check_output("dkms status")
+
+
+def test_repository_and_pinned_key(host, case):
+    if case.startswith("debian12"):
+        assert not host.file("/etc/apt/sources.list.d/gpuhost-nvidia-cuda.sources").exists  # Debian's own archive
+        return
+    fingerprint = host.file("/srv/gpuhost-repos/key/fingerprint").content_string.strip()
+    if case == "rocky9":
+        repo = host.file("/etc/yum.repos.d/gpuhost-nvidia-cuda.repo").content_string
+        for line in ("baseurl = file:///srv/gpuhost-repos/rpm/cuda-rhel9", "gpgcheck = 1", "repo_gpgcheck = 1",
+                     "gpgkey = file:///etc/pki/rpm-gpg/RPM-GPG-KEY-gpuhost-nvidia-cuda"):
+            assert line in repo, repo
+        key = "/etc/pki/rpm-gpg/RPM-GPG-KEY-gpuhost-nvidia-cuda"
+        assert f"gpg-pubkey-{fingerprint[-8:].lower()}" in host.check_output("rpm -q gpg-pubkey")
+    else:
+        conf = host.file("/etc/pacman.conf").content_string
+        assert "[gpuhost-test]\nSigLevel = Required\nServer = file:///srv/gpuhost-repos/pacman" in conf
+        key = "/etc/pacman.d/gpuhost-nvidia-repo.asc"
+        assert host.run(f"pacman-key --list-keys {fingerprint}").rc == 0
+    colons = host.check_output(f"gpg --batch --homedir /tmp --show-keys --with-colons {key} 2>/dev/null")
+    assert [line.split(":")[9] for line in colons.splitlines() if line.startswith("fpr")][0] == fingerprint
+
+
+def test_fabric_manager_only_with_nvswitches(host, case):
+    if case == "rocky9":
+        assert host.service("nvidia-fabricmanager").is_enabled
+    else:
+        assert not host.exists("nv-fabricmanager") and not host.package("nvidia-fabric-manager").is_installed
+
+
+def test_reboot_required_fact_and_report(runs, case):
+    first, second = [r for r in runs if not r["check_mode"]][:2]
+    assert first["reboot_required"] is True
+    assert any(r.startswith("driver packages installed or changed") for r in first["reboot_reasons"]), first
+    assert "the nvidia kernel module is not loaded" in first["reboot_reasons"]
+    assert (second["reboot_required"], second["reboot_reasons"]) == (True, ["the nvidia kernel module is not loaded"])
+    report = "\n".join(first["report"])
+    assert "nvidia_driver: installed " in report and f"pinned to {EXPECTED[case]['branch'] if case != 'arch' else 'the installed'}" in report
+    assert "nouveau blacklisted in /etc/modprobe.d/gpuhost-nvidia-blacklist-nouveau.conf; initramfs regenerated" in report
+    assert "nvidia_driver: reboot required: " in report
+    assert "nvidia_driver: already installed: " in "\n".join(second["report"])
+
+
+def test_check_mode_after_converge_changes_nothing(gpuhost_instance):
+    stats, would_change = converge_in_check_mode(gpuhost_instance)
+    assert stats["failures"] == 0 and stats["unreachable"] == 0, stats
+    assert would_change == [], f"check mode after converge would still change: {would_change}"
+
+
+def test_check_mode_on_a_fresh_host_predicts_the_real_converge(gpuhost_instance, case):
+    if case == "debian12-proprietary":
+        pytest.skip("same code path as debian12-open; one Debian twin keeps the scenario's runtime down")
+    predicted, changed = check_mode_predicts_converge(gpuhost_instance)
+    assert changed, "the first real converge on a fresh host changed nothing: the scenario proves nothing"
+    assert predicted == changed
+
+
+def _fresh_host(image: str, name: str) -> None:
+    subprocess.run(["podman", "rm", "-f", name], capture_output=True, check=False)
+    subprocess.run(["podman", "run", "-d", "--name", name, "--systemd=always", image, "/sbin/init"], capture_output=True, check=True)
+    for _ in range(60):
+        state = subprocess.run(["podman", "exec", name, "systemctl", "is-system-running"], capture_output=True, text=True, check=False)
+        if state.stdout.strip() in ("running", "degraded"):
+            return
+        time.sleep(1)
+    raise AssertionError(f"{name} did not boot")
+
+
+def _run_bad(name: str, bad_case: str) -> tuple[dict, list[str], str]:
+    inventory = f"{name},"
+    result = run_playbook_json(str(SCENARIO / "bad_inputs.yml"), "-e", f"bad_case={bad_case}", "-e", "ansible_connection=containers.podman.podman",
+                               "-e", "ansible_python_interpreter=/usr/bin/python3", inventory=inventory)
+    failed = [task["hosts"][name].get("msg", "") for play in result["plays"] for task in play["tasks"]
+              if task["hosts"].get(name, {}).get("failed")]
+    return result["stats"][name], changed_tasks(result, name), " ".join(failed)
+
+
+BAD = [
+    ("debian12", "flavour_cuda_secure_boot", [
+        "Blackwell GPUs (0000:01:00.0) require the open kernel modules",
+        "driver branch 535 cannot run CUDA 12.8: it supports CUDA up to 12.2; CUDA 12.8 needs driver 570.26 or newer",
+        "Secure Boot is enabled and the distro source on Debian 12",
+    ]),
+    ("debian12", "unknown_branch", ["unknown driver branch 999"]),
+    ("debian12", "unsupported_distribution", ["unsupported distribution Gentoo 2.17"]),
+    ("rocky9", "rogue_key", ["does not match the pinned fingerprint: expected "]),
+]
+
+
+@pytest.mark.parametrize("image, bad_case, messages", BAD, ids=[b[1] for b in BAD])
+def test_bad_input_fails_before_any_change(gpuhost_instance, case, image, bad_case, messages):
+    if not case.startswith(image) or case == "debian12-proprietary":
+        pytest.skip(f"run once, on the {image} instance")
+    name = f"{gpuhost_instance}-bad-{bad_case.replace('_', '-')}"
+    source = subprocess.run(["podman", "inspect", "--format", "{{.ImageName}}", gpuhost_instance], capture_output=True, text=True, check=True)
+    _fresh_host(source.stdout.strip(), name)
+    try:
+        if bad_case == "rogue_key":
+            subprocess.run(["podman", "exec", name, "mkdir", "-p", "/srv/gpuhost-repos"], check=True)
+            subprocess.run(["podman", "cp", str(REPOS.resolve() / "rogue"), f"{name}:/srv/gpuhost-repos/rogue"], check=True)
+        stats, changed, message = _run_bad(name, bad_case)
+        assert stats["failures"] == 1, stats
+        for expected in messages:
+            assert expected in message, message
+        assert [t for t in changed if not t.startswith("Scene: ")] == [], changed
+        if bad_case == "rogue_key":
+            expected_fpr = (REPOS / "key" / "fingerprint").read_text(encoding="utf-8").strip()
+            actual_fpr = (REPOS / "rogue" / "fingerprint").read_text(encoding="utf-8").strip()
+            assert f"expected {expected_fpr}, got {actual_fpr}" in message
+            assert subprocess.run(["podman", "exec", name, "test", "-e", "/etc/yum.repos.d/gpuhost-nvidia-cuda.repo"], check=False).returncode == 1
+    finally:
+        subprocess.run(["podman", "rm", "-f", name], capture_output=True, check=False)
