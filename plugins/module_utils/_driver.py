@@ -194,15 +194,15 @@ def plan(
 
     # Distribution and source.
     if not capabilities.get("supported"):
-        errors.append(
-            "unsupported distribution %s: this role supports %s" % (distro, capabilities.get("supported_list") or "Debian 12, Ubuntu 22.04/24.04, EL 8-10, Fedora, Arch Linux")
-        )
+        supported = capabilities.get("supported_list") or "Debian 12, Ubuntu 22.04/24.04, EL 8-10, Fedora, Arch Linux"
+        errors.append("unsupported distribution %s: this role supports %s" % (distro, supported))
         return result
     versions = [str(v) for v in _as_list(capabilities.get("versions"))]
     major = str(host.get("distribution_major_version") or "")
     full = str(host.get("distribution_version") or "")
     if versions and major not in versions and full not in versions:
-        errors.append("unsupported %s release %s: this role supports %s %s" % (host.get("distribution"), full or major, host.get("distribution"), ", ".join(versions)))
+        name = host.get("distribution")
+        errors.append("unsupported %s release %s: this role supports %s %s" % (name, full or major, name, ", ".join(versions)))
         return result
     source = choose_source(source_req, capabilities) if source_req in SOURCES else None
     src_caps: Mapping[str, t.Any] = ((capabilities.get("sources") or {}).get(source) or {}) if source else {}
@@ -246,7 +246,11 @@ def plan(
         else:
             driven.append(gpu)
     if excluded:
-        desc = ", ".join("%s (bound to %s%s)" % (g.get("pci_bus_id"), g.get("bound_driver") or "no driver", ", listed for passthrough" if g.get("pci_bus_id") in passthrough else "") for g in excluded)
+        desc = ", ".join(
+            "%s (bound to %s%s)"
+            % (g.get("pci_bus_id"), g.get("bound_driver") or "no driver", ", listed for passthrough" if g.get("pci_bus_id") in passthrough else "")
+            for g in excluded
+        )
         if policy == "fail":
             errors.append(
                 "GPUs meant for passthrough are on this host: %s. The nvidia driver would claim them; set "
