@@ -18,6 +18,8 @@ for _ in $(seq 60); do  # systemd's bus appears a moment after the container sta
     sleep 1
 done
 
+podman exec "$name" sh -c 'mkdir -p /srv/demo-app && printf "services:\n  trainer:\n    image: localhost/trainer:latest\n" > /srv/demo-app/docker-compose.yml'
+
 echo "== ansible-playbook playbooks/site.yml (log: tests/output/demo/site.log)"
 if ! ansible-playbook -i tests/demo/inventory.yml playbooks/site.yml -e "gpuhost_summary_dir=$out" >"$out/site.log" 2>&1; then
     tail -n 40 "$out/site.log"

@@ -93,6 +93,10 @@ build_one() {
         log "$name: built $tag in $((SECONDS - start)) s"
     fi
     podman tag "$tag" "localhost/gpuhost-$name:latest"
+    # Drop this image's earlier builds (an image still used by a container stays).
+    podman images --format '{{.Repository}}:{{.Tag}}' "localhost/gpuhost-$name" \
+        | grep -vx -e "$tag" -e "localhost/gpuhost-$name:latest" \
+        | xargs -r podman rmi >/dev/null 2>&1 || true
     echo "$tag"
 }
 

@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 """Build the local, signed package repositories the test hosts install from.
 
-    tests/repos/build.py [--out DIR]
+    python3 tests/repos/build.py [--out DIR]
 
 Reads tests/repos/packages.yml and writes, under DIR (default .cache/repos/<content key>,
 linked as .cache/repos/current):

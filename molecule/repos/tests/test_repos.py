@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuhost_testinfra import check_mode_predicts_converge, converge_in_check_mode, run_playbook_json
+from gpuhost_testinfra import converge_in_check_mode, run_playbook_json
 
 R = "/srv/gpuhost-repos"
 CACHE = Path(os.environ.get("MOLECULE_PROJECT_DIRECTORY", ".")) / ".cache" / "repos" / "current"
