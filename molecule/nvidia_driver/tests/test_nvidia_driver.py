@@ -6,16 +6,19 @@ with DKMS and configured, and the role is expected to say that a reboot is neede
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import re
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
+import yaml
 
-from gpuhost_testinfra import changed_tasks, check_mode_predicts_converge, converge_in_check_mode, run_playbook_json
+from gpuhost_testinfra import changed_tasks, check_mode_predicts_converge, run_playbook_json
 
 SCENARIO = Path(os.environ.get("MOLECULE_SCENARIO_DIRECTORY", Path(__file__).resolve().parent.parent))
 REPOS = SCENARIO.parent.parent / ".cache" / "repos" / "current"
@@ -143,24 +146,44 @@ def test_reboot_required_fact_and_report(runs, case):
     assert "nvidia_driver: already installed: " in "\n".join(second["report"])
 
 
-def test_check_mode_after_converge_changes_nothing(gpuhost_instance):
-    stats, would_change = converge_in_check_mode(gpuhost_instance)
+@pytest.fixture(scope="module")
+def check_after_converge():
+    """converge.yml in check mode once for every instance (the scenario's sequence has no separate `check` step)."""
+    result = run_playbook_json(str(SCENARIO / "converge.yml"), "--check", "--diff")
+    return result
+
+
+def test_check_mode_after_converge_changes_nothing(check_after_converge, gpuhost_instance):
+    stats = check_after_converge["stats"][gpuhost_instance]
     assert stats["failures"] == 0 and stats["unreachable"] == 0, stats
+    would_change = changed_tasks(check_after_converge, gpuhost_instance)
     assert would_change == [], f"check mode after converge would still change: {would_change}"
 
 
-def test_check_mode_on_a_fresh_host_predicts_the_real_converge(gpuhost_instance, case):
-    if case == "debian12-proprietary":
+PREDICTED = ["debian12-open", "rocky9", "arch"]
+
+
+@pytest.fixture(scope="module")
+def predictions():
+    """check_mode_predicts_converge on fresh twins of three instances, run side by side."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(PREDICTED)) as pool:
+        futures = {case: pool.submit(check_mode_predicts_converge, PREFIX + case) for case in PREDICTED}
+        return {case: future.result() for case, future in futures.items()}
+
+
+def test_check_mode_on_a_fresh_host_predicts_the_real_converge(predictions, case):
+    if case not in PREDICTED:
         pytest.skip("same code path as debian12-open; one Debian twin keeps the scenario's runtime down")
-    predicted, changed = check_mode_predicts_converge(gpuhost_instance)
+    predicted, changed = predictions[case]
     assert changed, "the first real converge on a fresh host changed nothing: the scenario proves nothing"
     assert predicted == changed
 
 
 def _fresh_host(image: str, name: str) -> None:
     subprocess.run(["podman", "rm", "-f", name], capture_output=True, check=False)
-    subprocess.run(["podman", "run", "-d", "--name", name, "--systemd=always", image, "/sbin/init"], capture_output=True, check=True)
-    for _ in range(60):
+    subprocess.run(["podman", "run", "-d", "--name", name, "--hostname", name, "--systemd=always", image, "/sbin/init"],
+                   capture_output=True, check=True)
+    for _attempt in range(60):
         state = subprocess.run(["podman", "exec", name, "systemctl", "is-system-running"], capture_output=True, text=True, check=False)
         if state.stdout.strip() in ("running", "degraded"):
             return
@@ -168,47 +191,61 @@ def _fresh_host(image: str, name: str) -> None:
     raise AssertionError(f"{name} did not boot")
 
 
-def _run_bad(name: str, bad_case: str) -> tuple[dict, list[str], str]:
-    inventory = f"{name},"
-    result = run_playbook_json(str(SCENARIO / "bad_inputs.yml"), "-e", f"bad_case={bad_case}", "-e", "ansible_connection=containers.podman.podman",
-                               "-e", "ansible_python_interpreter=/usr/bin/python3", inventory=inventory)
-    failed = [task["hosts"][name].get("msg", "") for play in result["plays"] for task in play["tasks"]
-              if task["hosts"].get(name, {}).get("failed")]
-    return result["stats"][name], changed_tasks(result, name), " ".join(failed)
-
-
-BAD = [
-    ("debian12", "flavour_cuda_secure_boot", [
+BAD = {
+    "flavour_cuda_secure_boot": ("debian12-open", [
         "Blackwell GPUs (0000:01:00.0) require the open kernel modules",
         "driver branch 535 cannot run CUDA 12.8: it supports CUDA up to 12.2; CUDA 12.8 needs driver 570.26 or newer",
         "Secure Boot is enabled and the distro source on Debian 12",
     ]),
-    ("debian12", "unknown_branch", ["unknown driver branch 999"]),
-    ("debian12", "unsupported_distribution", ["unsupported distribution Gentoo 2.17"]),
-    ("rocky9", "rogue_key", ["does not match the pinned fingerprint: expected "]),
-]
+    "unknown_branch": ("debian12-open", ["unknown driver branch 999"]),
+    "unsupported_distribution": ("debian12-open", ["unsupported distribution Gentoo 2.17"]),
+    "rogue_key": ("rocky9", ["does not match the pinned fingerprint: expected "]),
+}
 
 
-@pytest.mark.parametrize("image, bad_case, messages", BAD, ids=[b[1] for b in BAD])
-def test_bad_input_fails_before_any_change(gpuhost_instance, case, image, bad_case, messages):
-    if not case.startswith(image) or case == "debian12-proprietary":
-        pytest.skip(f"run once, on the {image} instance")
-    name = f"{gpuhost_instance}-bad-{bad_case.replace('_', '-')}"
-    source = subprocess.run(["podman", "inspect", "--format", "{{.ImageName}}", gpuhost_instance], capture_output=True, text=True, check=True)
-    _fresh_host(source.stdout.strip(), name)
+@pytest.fixture(scope="module")
+def bad_runs():
+    """bad_inputs.yml once, on one fresh unprepared host per bad request; per host: (stats, changed tasks, failure text)."""
+    names = {bad: f"gpuhost-nvidia_driver-bad-{bad.replace('_', '-')}" for bad in BAD}
+    images = {}
+    for bad, (instance_case, _messages) in BAD.items():
+        image = subprocess.run(["podman", "inspect", "--format", "{{.ImageName}}", PREFIX + instance_case],
+                               capture_output=True, text=True, check=True).stdout.strip()
+        images[bad] = image
     try:
-        if bad_case == "rogue_key":
-            subprocess.run(["podman", "exec", name, "mkdir", "-p", "/srv/gpuhost-repos"], check=True)
-            subprocess.run(["podman", "cp", str(REPOS.resolve() / "rogue"), f"{name}:/srv/gpuhost-repos/rogue"], check=True)
-        stats, changed, message = _run_bad(name, bad_case)
-        assert stats["failures"] == 1, stats
-        for expected in messages:
-            assert expected in message, message
-        assert [t for t in changed if not t.startswith("Scene: ")] == [], changed
-        if bad_case == "rogue_key":
-            expected_fpr = (REPOS / "key" / "fingerprint").read_text(encoding="utf-8").strip()
-            actual_fpr = (REPOS / "rogue" / "fingerprint").read_text(encoding="utf-8").strip()
-            assert f"expected {expected_fpr}, got {actual_fpr}" in message
-            assert subprocess.run(["podman", "exec", name, "test", "-e", "/etc/yum.repos.d/gpuhost-nvidia-cuda.repo"], check=False).returncode == 1
+        with concurrent.futures.ThreadPoolExecutor(max_workers=len(BAD)) as pool:
+            list(pool.map(lambda bad: _fresh_host(images[bad], names[bad]), BAD))
+        subprocess.run(["podman", "exec", names["rogue_key"], "mkdir", "-p", "/srv/gpuhost-repos"], check=True)
+        subprocess.run(["podman", "cp", str(REPOS.resolve() / "rogue"), f"{names['rogue_key']}:/srv/gpuhost-repos/rogue"], check=True)
+        with tempfile.NamedTemporaryFile("w", suffix=".yml", delete=False) as inv:
+            yaml.safe_dump({"all": {"hosts": {names[bad]: {"bad_case": bad, "ansible_connection": "containers.podman.podman",
+                                                           "ansible_python_interpreter": "/usr/bin/python3"} for bad in BAD}}}, inv)
+        try:
+            result = run_playbook_json(str(SCENARIO / "bad_inputs.yml"), inventory=inv.name)
+        finally:
+            os.unlink(inv.name)
+        repo_files = {bad: subprocess.run(["podman", "exec", names[bad], "ls", "/etc/yum.repos.d", "/etc/apt/sources.list.d"],
+                                          capture_output=True, text=True, check=False).stdout for bad in BAD}
+        out = {}
+        for bad, name in names.items():
+            failed = [task["hosts"][name].get("msg", "") for play in result["plays"] for task in play["tasks"]
+                      if task["hosts"].get(name, {}).get("failed")]
+            out[bad] = (result["stats"][name], changed_tasks(result, name), " ".join(failed), repo_files[bad])
+        return out
     finally:
-        subprocess.run(["podman", "rm", "-f", name], capture_output=True, check=False)
+        for name in names.values():
+            subprocess.run(["podman", "rm", "-f", name], capture_output=True, check=False)
+
+
+@pytest.mark.parametrize("bad_case", list(BAD))
+def test_bad_input_fails_before_any_change(bad_runs, bad_case):
+    stats, changed, message, repo_files = bad_runs[bad_case]
+    assert stats["failures"] == 1, stats
+    for expected in BAD[bad_case][1]:
+        assert expected in message, message
+    assert [t for t in changed if not t.startswith("Scene: ")] == [], changed
+    assert "gpuhost-nvidia" not in repo_files
+    if bad_case == "rogue_key":
+        expected_fpr = (REPOS / "key" / "fingerprint").read_text(encoding="utf-8").strip()
+        actual_fpr = (REPOS / "rogue" / "fingerprint").read_text(encoding="utf-8").strip()
+        assert f"expected {expected_fpr}, got {actual_fpr}" in message

@@ -62,12 +62,12 @@ def facts(*gpus, nvswitch=0):
     return {"present": bool(gpus), "gpus": list(gpus), "pci_functions": [], "nvswitch_count": nvswitch}
 
 
-def plan(request=None, gpus=(H100,), host=None, caps=DEBIAN, nvswitch=0):
+def plan(request=None, gpus=(H100,), host=None, caps=None, nvswitch=0):
     req = {"source": "auto", "flavour": "auto", "branch": "", "version": "", "reboot": "never", "require_headers": True}
     req.update(request or {})
     h = dict(HOST)
     h.update(host or {})
-    return _driver.plan(req, facts(*gpus, nvswitch=nvswitch), h, copy.deepcopy(caps))
+    return _driver.plan(req, facts(*gpus, nvswitch=nvswitch), h, copy.deepcopy(caps or DEBIAN))
 
 
 def test_debian_defaults_to_nvidia_repository_580_open_for_hopper():
@@ -128,8 +128,9 @@ def test_exact_version_sets_the_branch_and_must_match_it():
     assert "nvidia_driver_version must be a full driver version such as 580.65.06, got 'r550'" in plan({"version": "r550"})["errors"]
 
 
-@pytest.mark.parametrize("branch, cuda, ok", [("535", "12.2", True), ("535", "12.8", False), ("580", "13.0", True),
-                                               ("570", "12.8", True), ("550", "12.4", True), ("550", "12.6", False)])
+@pytest.mark.parametrize("branch, cuda, ok", [
+    ("535", "12.2", True), ("535", "12.8", False), ("580", "13.0", True), ("570", "12.8", True), ("550", "12.4", True), ("550", "12.6", False),
+])
 def test_cuda_requirement_against_the_branch(branch, cuda, ok):
     p = plan({"branch": branch, "cuda_version": cuda})
     assert (p["errors"] == []) is ok, p["errors"]
@@ -290,7 +291,8 @@ def test_bad_enumerations():
 
 
 def test_pci_functions_without_a_richer_source_count_as_gpus():
-    f = {"present": True, "gpus": [], "pci_functions": [{"pci_bus_id": "0000:3b:00.0", "pci_device_id": "10de:1db6", "type": "gpu"},
-                                                          {"pci_bus_id": "0000:3b:00.1", "pci_device_id": "10de:10f2", "type": "audio"}]}
+    functions = [{"pci_bus_id": "0000:3b:00.0", "pci_device_id": "10de:1db6", "type": "gpu"},
+                 {"pci_bus_id": "0000:3b:00.1", "pci_device_id": "10de:10f2", "type": "audio"}]
+    f = {"present": True, "gpus": [], "pci_functions": functions}
     p = _driver.plan({"source": "distro"}, f, HOST, DEBIAN)
     assert p["gpus"] == ["0000:3b:00.0"] and p["flavour"] == "proprietary"
