@@ -2,8 +2,10 @@
 # Run Molecule scenarios (create -> converge -> idempotence -> check -> verify -> destroy)
 # and print one line per scenario with its result, testinfra counts and wall time.
 #   tests/molecule/run.sh [SCENARIO] [DISTRO]
-# SCENARIO: a directory under molecule/ (default: all of them). DISTRO: a platform group
-# (debian12 for now); it is passed to the scenarios as GPUHOST_DISTRO.
+# SCENARIO: a directory under molecule/ (default: all of them). DISTRO: debian12, rocky9 or arch;
+# only that family's platforms run (`molecule test -s S --platform-name P`, once per platform of the
+# scenario whose name has the DISTRO as one of its dash-separated parts), and a scenario without such a
+# platform is skipped with a message. DISTRO is also exported to the scenarios as GPUHOST_DISTRO.
 # MOLECULE_JOBS (default 2) scenarios run at once; each logs to tests/output/molecule/<name>.log.
 set -uo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -13,6 +15,27 @@ export GPUHOST_DISTRO="${2:-}"
 jobs="${MOLECULE_JOBS:-2}"
 out="$repo/tests/output/molecule"
 mkdir -p "$out"
+
+# The platform names of a scenario (its molecule.yml, else the shared .config/molecule/config.yml) that
+# belong to DISTRO, one per line. ${MOLECULE_SCENARIO_NAME} is filled in as molecule does.
+platforms_for() {
+    local name="$1"
+    python3 - "$name" "$GPUHOST_DISTRO" <<'PY'
+import sys
+from pathlib import Path
+
+import yaml
+
+name, distro = sys.argv[1], sys.argv[2]
+platforms = (yaml.safe_load(Path(f"molecule/{name}/molecule.yml").read_text()) or {}).get("platforms")
+if platforms is None:
+    platforms = yaml.safe_load(Path(".config/molecule/config.yml").read_text())["platforms"]
+for platform in platforms:
+    full = platform["name"].replace("${MOLECULE_SCENARIO_NAME}", name)
+    if distro in full.split("-"):
+        print(full)
+PY
+}
 
 scenarios=()
 for dir in molecule/*/; do
@@ -24,12 +47,38 @@ if [[ ${#scenarios[@]} -eq 0 ]]; then
     echo "no Molecule scenario matches '${want}' (have: $(find molecule -mindepth 2 -maxdepth 2 -name molecule.yml -printf '%h ' | sed 's|molecule/||g'))" >&2
     exit 2
 fi
+if [[ -n "$GPUHOST_DISTRO" ]]; then
+    case "$GPUHOST_DISTRO" in
+        debian12 | rocky9 | arch) ;;
+        *) echo "DISTRO must be debian12, rocky9 or arch, not '$GPUHOST_DISTRO'" >&2; exit 2 ;;
+    esac
+    with_distro=()
+    for name in "${scenarios[@]}"; do
+        if [[ -n "$(platforms_for "$name")" ]]; then
+            with_distro+=("$name")
+        else
+            echo "molecule $name: skipped, it has no $GPUHOST_DISTRO platform"
+        fi
+    done
+    if [[ ${#with_distro[@]} -eq 0 ]]; then
+        echo "molecule: no scenario matching '${want:-*}' has a $GPUHOST_DISTRO platform; nothing to run"
+        exit 0
+    fi
+    scenarios=("${with_distro[@]}")
+fi
 
 run_one() {
-    local name="$1" start rc
+    local name="$1" start rc=0 platform
     start=$SECONDS
-    molecule test -s "$name" >"$out/$name.log" 2>&1
-    rc=$?
+    if [[ -z "$GPUHOST_DISTRO" ]]; then
+        molecule test -s "$name" >"$out/$name.log" 2>&1
+        rc=$?
+    else
+        : >"$out/$name.log"
+        for platform in $(platforms_for "$name"); do
+            molecule test -s "$name" --platform-name "$platform" >>"$out/$name.log" 2>&1 || rc=$?
+        done
+    fi
     echo "$rc $((SECONDS - start))" >"$out/$name.result"
 }
 

@@ -1,19 +1,50 @@
-"""Verify gpu_settings against the Debian 12 container's real state.
+"""Verify gpu_settings against each test host's real state: Debian 12, emulated Rocky 9 and emulated Arch.
 
-There is no GPU and no nvidia kernel module in the container: the units are installed and enabled but not expected to
-start, and the settings module must report that state instead of failing the play.
+There is no GPU and no nvidia kernel module in the containers: the units are installed and enabled but not expected to
+start, and the settings module must report that state instead of failing the play. What differs per family (packages,
+where they come from, the persistence daemon's user and flags) is in FAMILY; everything else is asserted on every host.
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import os
+from pathlib import Path
 
-from gpuhost_testinfra import converge_in_check_mode
+import pytest
+
+from gpuhost_testinfra import changed_tasks, run_playbook_json
 
 SPEC = "/etc/gpuhost/gpu_settings.json"
 SCRIPT = "/usr/local/libexec/gpuhost/gpu-settings"
 UNIT = "/etc/systemd/system/gpuhost-gpu-settings.service"
 DROPIN = "/etc/systemd/system/nvidia-persistenced.service.d/gpuhost-persistence-mode.conf"
+
+REPO = "/srv/gpuhost-repos"
+# Per family: the packages the role installs and the version/origin they must have, and the nvidia-persistenced
+# command line the drop-in sets (Debian's unit runs it as nvpd; NVIDIA's rpm unit as root; Arch's as nvidia-persistenced).
+FAMILY = {
+    "debian12": {
+        "packages": {"nvidia-persistenced": None, "nvidia-smi": None, "python3-pynvml": None},
+        "persistenced": "/usr/bin/nvidia-persistenced --user nvpd --persistence-mode",
+    },
+    "rocky9": {
+        "packages": {"nvidia-persistenced": "580.65.06-1.el9", "nvidia-driver-cuda": "580.65.06-1.el9",
+                     "nvidia-driver-cuda-libs": "580.65.06-1.el9"},
+        "persistenced": "/usr/bin/nvidia-persistenced --persistence-mode --verbose",
+    },
+    "arch": {
+        "packages": {"nvidia-utils": "580.76.05-1", "python-nvidia-ml-py": "12.575.51-1"},
+        "persistenced": "/usr/bin/nvidia-persistenced --user nvidia-persistenced --persistence-mode --verbose",
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def family(gpuhost_instance: str) -> str:
+    return gpuhost_instance.split("-")[1]
+
 
 FAKE_SMI = r"""#!/bin/sh
 echo "$*" >> /tmp/fake-smi.log
@@ -28,20 +59,43 @@ esac
 """
 
 
-def test_packages_are_installed(host):
-    for name in ("nvidia-persistenced", "nvidia-smi", "python3-pynvml"):
-        assert host.package(name).is_installed, name
+def test_packages_are_installed(host, family):
+    for name, version in FAMILY[family]["packages"].items():
+        package = host.package(name)
+        assert package.is_installed, name
+        if family == "rocky9":
+            assert f"{package.version}-{package.release}" == version, name
+        elif family == "arch":
+            assert package.version == version, name  # pacman's version includes the pkgrel
 
 
-def test_persistenced_is_enabled_with_persistence_mode_on(host):
+def test_emulated_hosts_installed_from_the_signed_test_repository(host, family):
+    """The packages came through the package manager from the stub repository, not from anything else on the host."""
+    if family == "debian12":
+        pytest.skip("Debian installs the real packages from its own mirror")
+    if family == "rocky9":
+        listed = host.check_output("dnf -q list --installed nvidia-persistenced nvidia-driver-cuda nvidia-driver-cuda-libs")
+        origins = {line.split()[0]: line.split()[-1] for line in listed.splitlines() if line.startswith("nvidia-")}
+        assert origins == {f"{name}.x86_64": "@gpuhost-test-cuda-rhel9" for name in FAMILY[family]["packages"]}, listed
+        assert "stream=580-open" in host.file("/etc/dnf/modules.d/nvidia-driver.module").content_string
+        assert host.check_output("rpm -qf /usr/bin/nvidia-smi --qf '%{NAME}\\n'").splitlines().count("nvidia-driver-cuda") == 1
+    else:
+        assert host.check_output("pacman -Sl gpuhost-test").count(" [installed]") >= 2
+        assert host.check_output("pacman -Qo /usr/bin/nvidia-persistenced") == "/usr/bin/nvidia-persistenced is owned by nvidia-utils 580.76.05-1"
+    for name in FAMILY[family]["packages"]:
+        assert host.file(f"/usr/share/gpuhost-stub/{name}/STUB").exists, name
+
+
+def test_persistenced_is_enabled_with_persistence_mode_on(host, family):
+    expected = FAMILY[family]["persistenced"]
     dropin = host.file(DROPIN)
     assert (dropin.user, dropin.group, dropin.mode) == ("root", "root", 0o644)
     lines = [line for line in dropin.content_string.splitlines() if line and not line.startswith("#")]
-    assert lines == ["[Service]", "ExecStart=", "ExecStart=/usr/bin/nvidia-persistenced --user nvpd --persistence-mode"]
+    assert lines == ["[Service]", "ExecStart=", f"ExecStart={expected}"]
     assert host.service("nvidia-persistenced").is_enabled
     # systemd has loaded the drop-in: the effective command line is ours.
     exec_start = host.check_output("systemctl show -p ExecStart nvidia-persistenced.service")
-    assert "argv[]=/usr/bin/nvidia-persistenced --user nvpd --persistence-mode ;" in exec_start
+    assert f"argv[]={expected} ;" in exec_start
     assert host.check_output("systemctl show -p DropInPaths --value nvidia-persistenced.service").split() == [DROPIN]
 
 
@@ -128,8 +182,15 @@ def test_settings_module_reported_the_host_state_without_failing(host):
     assert (result["gpus"], result["reboot_required"], result["reset_required"], result["applied"]) == ([], False, False, [])
 
 
-def test_check_mode_after_converge_changes_nothing(host, gpuhost_instance):
-    stats, would_change = converge_in_check_mode(gpuhost_instance)
+@functools.cache
+def check_run() -> dict:
+    """converge.yml in check mode, once for all hosts of the scenario (the JSON callback's result)."""
+    return run_playbook_json(str(Path(os.environ["MOLECULE_SCENARIO_DIRECTORY"]) / "converge.yml"), "--check", "--diff")
+
+
+def test_check_mode_after_converge_changes_nothing(gpuhost_instance):
+    stats = check_run()["stats"][gpuhost_instance]
+    would_change = changed_tasks(check_run(), gpuhost_instance)
     assert stats["failures"] == 0 and stats["unreachable"] == 0, stats
     assert would_change == [], f"check mode after converge would still change: {would_change}"
     assert stats["changed"] == 0, stats
