@@ -87,8 +87,6 @@ def test_summary_file_says_what_each_role_did(summary, gpuhost_instance, family)
     assert "- the nvidia kernel module is not loaded" in text
 
 
-@pytest.mark.xfail(strict=True, reason="nvidia_driver reports through gpuhost_report, but the summary template reads "
-                                       "nvidia_driver_report (roles/nvidia_driver vs playbooks/templates/summary.txt.j2)")
 def test_summary_names_what_the_driver_role_did(summary):
     assert any(line.strip().lstrip("- ").startswith("nvidia_driver: ") for line in summary), summary
 
