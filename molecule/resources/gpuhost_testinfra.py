@@ -11,6 +11,7 @@ real on a fresh twin container, so a test can assert that check mode told the tr
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -66,6 +67,12 @@ def changed_tasks(result: dict, hostname: str) -> list[str]:
     return names
 
 
+@functools.cache
+def scenario_check_run() -> dict:
+    """The scenario's converge.yml in check mode, run once for all its hosts (the JSON callback's result)."""
+    return run_playbook_json(str(Path(os.environ["MOLECULE_SCENARIO_DIRECTORY"]) / "converge.yml"), "--check", "--diff")
+
+
 def converge_in_check_mode(hostname: str) -> tuple[dict, list[str]]:
     """Run converge.yml with --check --diff; return the host's stats and the tasks that would change."""
     playbook = str(Path(os.environ["MOLECULE_SCENARIO_DIRECTORY"]) / "converge.yml")
@@ -76,7 +83,8 @@ def converge_in_check_mode(hostname: str) -> tuple[dict, list[str]]:
     return stats, changed_tasks(result, hostname)
 
 
-def _wait_for_systemd(name: str) -> None:
+def wait_for_systemd(name: str) -> None:
+    """Wait until systemd in container ``name`` has finished booting."""
     for _attempt in range(60):
         state = subprocess.run(["podman", "exec", name, "systemctl", "is-system-running"], capture_output=True, text=True, check=False)
         if state.stdout.strip() in ("running", "degraded"):
@@ -97,7 +105,7 @@ def check_mode_predicts_converge(instance: str) -> tuple[list[str], list[str]]:
     subprocess.run(["podman", "rm", "-f", twin], capture_output=True, check=False)
     subprocess.run(["podman", "run", "-d", "--name", twin, "--hostname", twin, "--systemd=always", image, "/sbin/init"], capture_output=True, check=True)
     try:
-        _wait_for_systemd(twin)
+        wait_for_systemd(twin)
         with tempfile.NamedTemporaryFile("w", suffix=".yml", delete=False) as inv:
             yaml.safe_dump({"all": {"hosts": {twin: {"ansible_connection": "containers.podman.podman",
                                                      "ansible_python_interpreter": "/usr/bin/python3"}}}}, inv)

@@ -7,14 +7,11 @@ prepare and write without validation.
 
 from __future__ import annotations
 
-import functools
-import os
-from pathlib import Path
 
 import pytest
 import yaml
 
-from gpuhost_testinfra import changed_tasks, run_playbook_json
+from gpuhost_testinfra import changed_tasks, scenario_check_run
 
 H0 = "GPU-3f1c2a51-0a6e-4b6b-9a55-2d4ac6f0e001"
 H1 = "GPU-8b0e6c1d-51f4-4a54-8d2e-0c9f3e7b4002"
@@ -121,15 +118,9 @@ def test_no_temporary_files_left(host):
     assert leftovers == []
 
 
-@functools.cache
-def check_run() -> dict:
-    """converge.yml in check mode, once for all hosts of the scenario (the JSON callback's result)."""
-    return run_playbook_json(str(Path(os.environ["MOLECULE_SCENARIO_DIRECTORY"]) / "converge.yml"), "--check", "--diff")
-
-
 def test_check_mode_after_converge_changes_nothing(gpuhost_instance):
-    stats = check_run()["stats"][gpuhost_instance]
-    would_change = changed_tasks(check_run(), gpuhost_instance)
+    stats = scenario_check_run()["stats"][gpuhost_instance]
+    would_change = changed_tasks(scenario_check_run(), gpuhost_instance)
     assert stats["failures"] == 0 and stats["unreachable"] == 0, stats
     assert would_change == [], f"check mode after converge would still change: {would_change}"
     assert stats["changed"] == 0, stats

@@ -7,14 +7,11 @@ where they come from, the persistence daemon's user and flags) is in FAMILY; eve
 
 from __future__ import annotations
 
-import functools
 import json
-import os
-from pathlib import Path
 
 import pytest
 
-from gpuhost_testinfra import changed_tasks, run_playbook_json
+from gpuhost_testinfra import changed_tasks, scenario_check_run
 
 SPEC = "/etc/gpuhost/gpu_settings.json"
 SCRIPT = "/usr/local/libexec/gpuhost/gpu-settings"
@@ -182,15 +179,9 @@ def test_settings_module_reported_the_host_state_without_failing(host):
     assert (result["gpus"], result["reboot_required"], result["reset_required"], result["applied"]) == ([], False, False, [])
 
 
-@functools.cache
-def check_run() -> dict:
-    """converge.yml in check mode, once for all hosts of the scenario (the JSON callback's result)."""
-    return run_playbook_json(str(Path(os.environ["MOLECULE_SCENARIO_DIRECTORY"]) / "converge.yml"), "--check", "--diff")
-
-
 def test_check_mode_after_converge_changes_nothing(gpuhost_instance):
-    stats = check_run()["stats"][gpuhost_instance]
-    would_change = changed_tasks(check_run(), gpuhost_instance)
+    stats = scenario_check_run()["stats"][gpuhost_instance]
+    would_change = changed_tasks(scenario_check_run(), gpuhost_instance)
     assert stats["failures"] == 0 and stats["unreachable"] == 0, stats
     assert would_change == [], f"check mode after converge would still change: {would_change}"
     assert stats["changed"] == 0, stats

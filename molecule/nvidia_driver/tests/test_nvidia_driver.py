@@ -12,13 +12,12 @@ import os
 import re
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
 import yaml
 
-from gpuhost_testinfra import changed_tasks, check_mode_predicts_converge, run_playbook_json
+from gpuhost_testinfra import changed_tasks, check_mode_predicts_converge, run_playbook_json, wait_for_systemd
 
 SCENARIO = Path(os.environ.get("MOLECULE_SCENARIO_DIRECTORY", Path(__file__).resolve().parent.parent))
 REPOS = SCENARIO.parent.parent / ".cache" / "repos" / "current"
@@ -183,12 +182,7 @@ def _fresh_host(image: str, name: str) -> None:
     subprocess.run(["podman", "rm", "-f", name], capture_output=True, check=False)
     subprocess.run(["podman", "run", "-d", "--name", name, "--hostname", name, "--systemd=always", image, "/sbin/init"],
                    capture_output=True, check=True)
-    for _attempt in range(60):
-        state = subprocess.run(["podman", "exec", name, "systemctl", "is-system-running"], capture_output=True, text=True, check=False)
-        if state.stdout.strip() in ("running", "degraded"):
-            return
-        time.sleep(1)
-    raise AssertionError(f"{name} did not boot")
+    wait_for_systemd(name)
 
 
 BAD = {
