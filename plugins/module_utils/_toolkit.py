@@ -1,0 +1,186 @@
+# Copyright (c) gpuhost.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Pure planning for the NVIDIA Container Toolkit: versions, the CDI spec location, when to regenerate it, device names.
+
+Private to this collection: no compatibility promise outside gpuhost.nvidia.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import typing as t
+
+try:
+    import yaml
+except ImportError:  # pragma: no cover - the module reports it
+    yaml = None  # type: ignore[assignment]
+
+# `nvidia-ctk cdi generate` with --device-name-strategy and the nvidia-container-toolkit-base package (CDI without the
+# legacy hook stack) arrived in 1.12.0; the nvidia-cdi-refresh units (spec kept in /var/run/cdi) in 1.18.0.
+CDI_MIN_VERSION = "1.12.0"
+CDI_REFRESH_MIN_VERSION = "1.18.0"
+CDI_DIRS = ("/etc/cdi", "/var/run/cdi")
+STRATEGIES = ("index", "uuid")
+FULL_PACKAGES = ["nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvidia-container-tools", "libnvidia-container1"]
+CDI_PACKAGES = ["nvidia-container-toolkit-base"]
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    """(1, 17, 8) for 1.17.8, 1.17.8-1, 1.17.8-1.el9 or 0:1.17.8-1; () when it does not start with a number."""
+    version = str(version).split(":", 1)[-1]
+    match = re.match(r"^(\d+(?:\.\d+)*)", version)
+    return tuple(int(part) for part in match.group(1).split(".")) if match else ()
+
+
+def upstream(version: str) -> str:
+    """1.17.8 for 1.17.8-1 (the package release and an epoch dropped)."""
+    return str(version).split(":", 1)[-1].split("-", 1)[0]
+
+
+def request_errors(request: t.Mapping[str, t.Any]) -> list[str]:
+    """Everything wrong with the role's request that is known before the host is asked anything."""
+    errors: list[str] = []
+    version = str(request.get("version") or "")
+    if version and not version_tuple(version):
+        errors.append("nvidia_container_toolkit_version %r is not a version such as 1.17.8" % version)
+    mode = request.get("mode", "full")
+    if mode not in ("full", "cdi"):
+        errors.append("nvidia_container_toolkit_mode %r: choose full or cdi" % mode)
+    cdi_wanted = mode == "cdi" or bool(request.get("cdi"))
+    if cdi_wanted and version and version_tuple(version) and version_tuple(version) < version_tuple(CDI_MIN_VERSION):
+        errors.append(
+            "nvidia_container_toolkit_version %s is too old for CDI (%s): CDI needs %s or newer (nvidia-ctk cdi generate "
+            "with --device-name-strategy). Ask for a newer version, or set nvidia_container_toolkit_cdi: false and "
+            "nvidia_container_toolkit_mode: full."
+            % (version, "nvidia_container_toolkit_mode: cdi" if mode == "cdi" else "nvidia_container_toolkit_cdi: true", CDI_MIN_VERSION)
+        )
+    if mode == "cdi" and request.get("runtimes"):
+        errors.append(
+            "nvidia_container_toolkit_mode: cdi installs only nvidia-container-toolkit-base, which has no "
+            "nvidia-container-runtime for %s; set nvidia_container_toolkit_runtimes: [] or use mode full"
+            % ", ".join(request["runtimes"])
+        )
+    location = request.get("cdi_location", "auto")
+    if location not in ("auto",) + CDI_DIRS:
+        errors.append("nvidia_container_toolkit_cdi_location %r: choose auto, %s" % (location, " or ".join(CDI_DIRS)))
+    if request.get("cdi_device_name_strategy", "index") not in STRATEGIES:
+        errors.append("nvidia_container_toolkit_cdi_device_name_strategy %r: choose %s"
+                      % (request.get("cdi_device_name_strategy"), " or ".join(STRATEGIES)))
+    return errors
+
+
+def pick_version(offered: t.Iterable[str], requested: str, source: str) -> tuple[str | None, list[str]]:
+    """The offered package version for the request (the newest offered when none is requested), and errors."""
+    offered = [str(v).strip() for v in offered if str(v).strip()]
+    if not offered:
+        return None, ["%s offers no nvidia-container-toolkit package; check the repository URL and that its metadata loads" % source]
+    ordered = sorted(offered, key=version_tuple, reverse=True)
+    if not requested:
+        return ordered[0], []
+    matches = [v for v in ordered if v == requested or upstream(v) == requested]
+    if not matches:
+        return None, ["nvidia_container_toolkit_version %s is not in %s, which offers %s"
+                      % (requested, source, ", ".join(sorted({upstream(v) for v in ordered}, key=version_tuple)))]
+    return matches[0], []
+
+
+def candidate_errors(candidate: str | None, request: t.Mapping[str, t.Any]) -> list[str]:
+    """Errors about the version that would be installed (no version requested: the repository's newest)."""
+    mode = request.get("mode", "full")
+    if candidate and (mode == "cdi" or request.get("cdi")) and version_tuple(candidate) < version_tuple(CDI_MIN_VERSION):
+        return ["nvidia-container-toolkit %s from the repository is too old for CDI, which needs %s or newer"
+                % (upstream(candidate), CDI_MIN_VERSION)]
+    return []
+
+
+def cdi_location(requested: str, refresh_units: bool) -> dict[str, t.Any]:
+    """Where the spec goes: /var/run/cdi with the toolkit's nvidia-cdi-refresh units, else /etc/cdi."""
+    if requested in CDI_DIRS:
+        directory = requested
+    else:
+        directory = "/var/run/cdi" if refresh_units else "/etc/cdi"
+    return {
+        "dir": directory,
+        "other_dirs": [d for d in CDI_DIRS if d != directory],
+        "refresh_units": bool(refresh_units) and directory == "/var/run/cdi",
+    }
+
+
+def generated_for(facts: t.Mapping[str, t.Any] | None, strategy: str, toolkit_version: str) -> dict[str, t.Any]:
+    """What a spec depends on: the driver, the GPUs and their MIG devices, the naming strategy and the toolkit."""
+    facts = facts or {}
+    gpus = []
+    for gpu in facts.get("gpus") or []:
+        if gpu.get("index") is None:
+            continue
+        gpus.append({
+            "uuid": gpu.get("uuid"),
+            "mig": bool((gpu.get("mig") or {}).get("current")),
+            "mig_devices": sorted(str(d.get("uuid")) for d in gpu.get("mig_devices") or []),
+        })
+    return {
+        "driver_version": (facts.get("driver") or {}).get("version"),
+        "gpus": sorted(gpus, key=lambda g: str(g["uuid"])),
+        "device_name_strategy": strategy,
+        "toolkit_version": upstream(toolkit_version) if toolkit_version else None,
+    }
+
+
+def needs_generate(spec_exists: bool, record: t.Mapping[str, t.Any] | None, wanted: t.Mapping[str, t.Any]) -> str | None:
+    """Why the spec must be (re)generated, or None when it is current."""
+    if not spec_exists:
+        return "the spec does not exist"
+    if not record:
+        return "no record of what the spec was generated for"
+    if dict(record) == dict(wanted):
+        return None
+    changes = [key for key in wanted if record.get(key) != wanted[key]]
+    labels = {"driver_version": "the driver version", "gpus": "the GPUs or their MIG layout",
+              "device_name_strategy": "the device-name strategy", "toolkit_version": "the toolkit version"}
+    return "changed since it was generated: " + ", ".join(labels.get(k, k) for k in changes)
+
+
+def parse_spec(text: str, path: str) -> dict[str, t.Any]:
+    """A CDI spec document (JSON, or YAML with PyYAML)."""
+    stripped = text.lstrip()
+    try:
+        if stripped.startswith("{"):
+            doc = json.loads(text)
+        elif yaml is None:
+            raise ValueError("reading a YAML CDI spec needs PyYAML on the managed host")
+        else:
+            doc = yaml.safe_load(text)
+    except Exception as exc:
+        raise ValueError("%s is not a readable CDI spec: %s" % (path, exc)) from exc
+    if not isinstance(doc, dict) or "kind" not in doc or not isinstance(doc.get("devices"), list):
+        raise ValueError("%s is not a CDI spec (it needs kind and devices)" % path)
+    return doc
+
+
+def device_names(spec: t.Mapping[str, t.Any]) -> list[str]:
+    """Fully qualified device names, kind=name, in spec order (nvidia.com/gpu=0, ..., nvidia.com/gpu=all)."""
+    kind = spec["kind"]
+    return ["%s=%s" % (kind, d["name"]) for d in spec["devices"] if isinstance(d, dict) and "name" in d]
+
+
+def node_labels(facts: t.Mapping[str, t.Any] | None, installed_version: str | None) -> dict[str, str]:
+    """Kubernetes-style node labels from the GPU facts (the keys NVIDIA's GPU feature discovery uses)."""
+    facts = facts or {}
+    gpus = [g for g in facts.get("gpus") or [] if g.get("index") is not None]
+    labels = {"nvidia.com/gpu.present": "true" if facts.get("present") else "false",
+              "nvidia.com/gpu.count": str(len(gpus))}
+    if gpus:
+        labels["nvidia.com/gpu.product"] = re.sub(r"[^A-Za-z0-9_.-]+", "-", str(gpus[0].get("name") or "unknown")).strip("-")
+        labels["accelerator"] = "nvidia"
+        if gpus[0].get("architecture"):
+            labels["nvidia.com/gpu.family"] = str(gpus[0]["architecture"]).lower()
+        labels["nvidia.com/mig.capable"] = "true" if any((g.get("mig") or {}).get("current") is not None for g in gpus) else "false"
+    driver = (facts.get("driver") or {}).get("version")
+    if driver:
+        labels["nvidia.com/cuda.driver.full"] = str(driver)
+    if installed_version:
+        labels["nvidia.com/container-toolkit.version"] = upstream(installed_version)
+    return labels

@@ -1,0 +1,300 @@
+#!/usr/bin/python
+# Copyright (c) gpuhost.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: nvidia_cdi_spec
+short_description: Generate the NVIDIA CDI spec with nvidia-ctk when the GPUs or the driver change
+version_added: 0.1.0
+description:
+  - Generates the Container Device Interface (CDI) spec for the host's NVIDIA GPUs with C(nvidia-ctk cdi generate)
+    into one directory, and returns the device names it holds (V(nvidia.com/gpu=0), ..., V(nvidia.com/gpu=all)).
+  - Keeps a record (O(record)) of what the spec was generated for, taken from the GPU facts (driver version and
+    state, GPU UUIDs, MIG mode and MIG devices), the device-name strategy and the toolkit version. The spec is
+    generated again only when one of them changed, when it is missing, or when it moved; otherwise nothing runs.
+  - Specs named C(nvidia.yaml) or C(nvidia.json) in O(other_dirs) would define the same devices twice; they are
+    removed or reported, as O(duplicates) says.
+  - When C(nvidia-ctk) fails and the facts say the driver is not running, the failure is recorded and returned as
+    RV(error) instead of failing the task (O(allow_missing_driver)); generation is tried again once the facts change.
+author:
+  - gpuhost.nvidia developers (@gpuhost)
+requirements:
+  - C(nvidia-ctk) from C(nvidia-container-toolkit-base).
+  - PyYAML on the managed host to read a YAML spec (a C(.json) O(filename) needs nothing).
+attributes:
+  check_mode:
+    support: full
+    description: Decides whether the spec would be generated and which duplicates would go, without running nvidia-ctk.
+  diff_mode:
+    support: full
+    description: Shows the spec and the record before and after.
+  safe_file_operations:
+    support: full
+    description: Generates into a temporary directory and moves the spec into place atomically.
+  platform:
+    support: full
+    platforms: posix
+    description: Linux hosts.
+options:
+  dir:
+    description: The directory of the spec, V(/etc/cdi) or V(/var/run/cdi). It is created when missing.
+    type: path
+    required: true
+  filename:
+    description: The spec's file name; its extension (C(.yaml) or C(.json)) selects the format.
+    type: str
+    default: nvidia.yaml
+  other_dirs:
+    description: CDI directories where an NVIDIA spec would be a duplicate.
+    type: list
+    elements: path
+    default: []
+  duplicates:
+    description: What to do with duplicates in O(other_dirs).
+    type: str
+    choices: [remove, warn]
+    default: remove
+  device_name_strategy:
+    description: How devices are named, by V(index) (V(nvidia.com/gpu=0)) or by V(uuid) (V(nvidia.com/gpu=GPU-...)).
+    type: str
+    choices: [index, uuid]
+    default: index
+  facts:
+    description: The GPU facts, C(ansible_facts.nvidia_gpu) from M(gpuhost.nvidia.nvidia_gpu_facts).
+    type: dict
+    default: {}
+  toolkit_version:
+    description: The installed toolkit version, recorded so that an upgrade regenerates the spec.
+    type: str
+    default: ""
+  record:
+    description: The file that records what the spec was generated for.
+    type: path
+    default: /var/lib/gpuhost-nvidia/cdi-nvidia.json
+  nvidia_ctk:
+    description: The C(nvidia-ctk) binary. Looked up in C(PATH) when not given.
+    type: path
+  allow_missing_driver:
+    description:
+      - When C(nvidia-ctk) fails and O(facts) do not say C(state=ok), record and return the error instead of failing.
+    type: bool
+    default: true
+  force:
+    description: Generate the spec even when the record says it is current.
+    type: bool
+    default: false
+seealso:
+  - module: gpuhost.nvidia.nvidia_gpu_facts
+  - name: Support for Container Device Interface
+    description: NVIDIA's guide to nvidia-ctk cdi generate.
+    link: https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/latest/cdi-support.html
+notes:
+  - C(nvidia-ctk) runs as an argument list with C(LC_ALL=C).
+"""
+
+EXAMPLES = r"""
+- name: Generate the CDI spec in /etc/cdi and drop a stale one in /var/run/cdi
+  gpuhost.nvidia.nvidia_cdi_spec:
+    dir: /etc/cdi
+    other_dirs: [/var/run/cdi]
+    device_name_strategy: uuid
+    facts: "{{ ansible_facts.nvidia_gpu }}"
+  register: cdi
+
+- name: Show the device names
+  ansible.builtin.debug:
+    var: cdi.devices
+"""
+
+RETURN = r"""
+spec:
+  description: The spec file.
+  returned: always
+  type: str
+  sample: /etc/cdi/nvidia.yaml
+devices:
+  description: The fully qualified device names in the spec; empty when there is no spec.
+  returned: success
+  type: list
+  elements: str
+  sample: [nvidia.com/gpu=0, nvidia.com/gpu=all]
+generated:
+  description: Whether nvidia-ctk ran (in check mode, would run).
+  returned: success
+  type: bool
+  sample: true
+reason:
+  description: Why the spec was (or would be) generated; null when it was current.
+  returned: success
+  type: str
+  sample: "changed since it was generated: the driver version"
+generated_for:
+  description: What the spec is generated for, as recorded in O(record).
+  returned: success
+  type: dict
+  sample: {driver_version: "580.65.06", state: ok, gpus: [], device_name_strategy: index, toolkit_version: "1.18.0"}
+duplicates:
+  description: NVIDIA specs found in O(other_dirs) (removed with O(duplicates=remove)).
+  returned: success
+  type: list
+  elements: str
+  sample: [/var/run/cdi/nvidia.yaml]
+error:
+  description: The nvidia-ctk failure recorded with O(allow_missing_driver); null otherwise.
+  returned: success
+  type: str
+  sample: "nvidia-ctk exited 1: failed to initialize NVML: ERROR_LIBRARY_NOT_FOUND"
+command:
+  description: The nvidia-ctk command that ran, or null.
+  returned: success
+  type: list
+  elements: str
+  sample: [/usr/bin/nvidia-ctk, cdi, generate, --output=/tmp/x/nvidia.yaml, --device-name-strategy=index]
+"""
+
+import json
+import os
+import typing as t
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.common.text.converters import to_bytes, to_text
+
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _files, _toolkit
+
+ENV_C = {"LC_ALL": "C", "LANGUAGE": "C"}
+
+
+def read_record(path: str) -> dict[str, t.Any] | None:
+    data = _files.read_bytes(path)
+    if data is None:
+        return None
+    try:
+        record = json.loads(to_text(data))
+    except ValueError:
+        return None  # an unreadable record only means the spec is generated again
+    return record if isinstance(record, dict) else None
+
+
+def devices_of(module: AnsibleModule, path: str, data: bytes | None) -> list[str]:
+    if data is None:
+        return []
+    try:
+        return _toolkit.device_names(_toolkit.parse_spec(to_text(data), path))
+    except ValueError as exc:
+        module.fail_json(msg=str(exc), spec=path)
+    return []  # pragma: no cover
+
+
+def write(module: AnsibleModule, path: str, data: bytes) -> _files.WriteResult:
+    directory = os.path.dirname(path)
+    if not os.path.isdir(directory):
+        if module.check_mode:
+            return _files.WriteResult(changed=True, content_changed=True, existed=False, diff=_files.make_diff(path, None, data))
+        os.makedirs(directory, mode=0o755)
+    return _files.write_file(module, path, data)
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec=dict(
+            dir=dict(type="path", required=True),
+            filename=dict(type="str", default="nvidia.yaml"),
+            other_dirs=dict(type="list", elements="path", default=[]),
+            duplicates=dict(type="str", choices=["remove", "warn"], default="remove"),
+            device_name_strategy=dict(type="str", choices=list(_toolkit.STRATEGIES), default="index"),
+            facts=dict(type="dict", default={}),
+            toolkit_version=dict(type="str", default=""),
+            record=dict(type="path", default="/var/lib/gpuhost-nvidia/cdi-nvidia.json"),
+            nvidia_ctk=dict(type="path"),
+            allow_missing_driver=dict(type="bool", default=True),
+            force=dict(type="bool", default=False),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    spec = os.path.join(os.path.abspath(p["dir"]), p["filename"])
+    facts = p["facts"] or {}
+    wanted = _toolkit.generated_for(facts, p["device_name_strategy"], p["toolkit_version"])
+    wanted["state"] = facts.get("state")
+
+    # Plan: what the record says, what is on disk, and what must happen.
+    record = read_record(p["record"])
+    spec_bytes = _files.read_bytes(spec)
+    previous_error = None
+    if record is not None and record.get("spec") != spec:
+        reason: str | None = "the spec moved to %s" % spec
+    elif record is not None and record.get("generated") is False and record.get("generated_for") == wanted:
+        reason, previous_error = None, record.get("error")
+    else:
+        reason = _toolkit.needs_generate(spec_bytes is not None, (record or {}).get("generated_for"), wanted)
+    if p["force"] and reason is None:
+        reason = "forced"
+    duplicates = []
+    for directory in p["other_dirs"]:
+        for name in ("nvidia.yaml", "nvidia.json"):
+            candidate = os.path.join(directory, name)
+            if os.path.abspath(candidate) != spec and os.path.isfile(candidate):
+                duplicates.append(candidate)
+
+    ctk = None
+    if reason is not None:
+        ctk = p["nvidia_ctk"] or module.get_bin_path("nvidia-ctk")
+        if not ctk:
+            module.fail_json(msg="nvidia-ctk is not installed (it comes with nvidia-container-toolkit-base); cannot generate %s" % spec)
+
+    changed = False
+    diffs: list[dict[str, t.Any]] = []
+    for duplicate in duplicates:
+        if p["duplicates"] == "warn":
+            module.warn("%s duplicates the NVIDIA CDI spec %s: remove one, or CDI clients see each device twice" % (duplicate, spec))
+            continue
+        changed = True
+        diffs.append({"before_header": duplicate, "after_header": "%s (absent)" % duplicate,
+                      "before": to_text(_files.read_bytes(duplicate) or b""), "after": ""})
+        if not module.check_mode:
+            os.unlink(duplicate)
+
+    result: dict[str, t.Any] = dict(spec=spec, generated=reason is not None, reason=reason, generated_for=wanted,
+                                    duplicates=duplicates, error=previous_error, command=None)
+    if reason is None:
+        result["devices"] = devices_of(module, spec, spec_bytes)
+        module.exit_json(changed=changed, diff=diffs, **result)
+    if module.check_mode:
+        result["devices"] = devices_of(module, spec, spec_bytes)
+        diffs.append(_files.make_diff(spec, spec_bytes, b"(generated by nvidia-ctk cdi generate)\n"))
+        module.exit_json(changed=True, diff=diffs, **result)
+
+    # Act: generate into a scratch directory, check it is a CDI spec, then move it into place.
+    out = os.path.join(module.tmpdir, p["filename"])
+    command = [t.cast(str, ctk), "cdi", "generate", "--output=%s" % out, "--device-name-strategy=%s" % p["device_name_strategy"]]
+    rc, stdout, stderr = module.run_command(command, environ_update=ENV_C)
+    result["command"] = command
+    error = None
+    if rc != 0 or not os.path.isfile(out):
+        error = "nvidia-ctk exited %d: %s" % (rc, (stderr or stdout).strip() or "no spec written")
+        if not (p["allow_missing_driver"] and facts.get("state") != "ok"):
+            module.fail_json(msg="Generating the CDI spec failed. %s" % error, cmd=command, rc=rc, stdout=stdout, stderr=stderr)
+        module.warn("The CDI spec was not generated (the GPU facts say %s): %s. It is generated once the facts change."
+                    % (facts.get("state") or "no driver state", error))
+        result["devices"] = []
+    else:
+        data = _files.read_bytes(out) or b""
+        result["devices"] = devices_of(module, spec, data)
+        outcome = write(module, spec, data)
+        changed = changed or outcome.changed
+        if outcome.changed:
+            diffs.append(outcome.diff)
+    result["error"] = error
+    entry = {"spec": spec, "generated": error is None, "error": error, "generated_for": wanted}
+    outcome = write(module, p["record"], to_bytes(json.dumps(entry, indent=2, sort_keys=True) + "\n"))
+    if outcome.changed:
+        changed = True
+        diffs.append(outcome.diff)
+    module.exit_json(changed=changed, diff=diffs, **result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,231 @@
+#!/usr/bin/python
+# Copyright (c) gpuhost.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: nvidia_container_runtime
+short_description: Merge the NVIDIA container runtime into Docker, containerd or CRI-O configuration
+version_added: 0.1.0
+description:
+  - Adds the NVIDIA runtime to one container engine's configuration without taking over the file, the way
+    C(nvidia-ctk runtime configure) does, but with check mode, diff and backups.
+  - V(docker) merges C(runtimes.<name>) (and optionally C(default-runtime) and C(features.cdi)) into C(daemon.json);
+    every other key is kept, and a file that already holds them is not rewritten.
+  - V(containerd) writes a drop-in file and adds the drop-in directory's glob to the top-level C(imports) of the main
+    config; no other line of the main config changes. containerd 1.x replaces a plugin's whole table with the one an
+    imported file has, so the drop-in carries a copy of the main config's CRI plugin table with the runtime added,
+    and the runtime inherits the options of C(runc) (for example C(SystemdCgroup)).
+  - V(crio) writes a drop-in file with C([crio.runtime.runtimes.<name>]).
+  - A file that cannot be parsed (invalid JSON or TOML) fails the task before anything is written, naming the file
+    and the parse error.
+author:
+  - gpuhost.nvidia developers (@gpuhost)
+requirements:
+  - For V(containerd), Python 3.11+ (C(tomllib)) or the C(tomli) library on the managed host, when the main config exists.
+attributes:
+  check_mode:
+    support: full
+    description: Computes and validates the new content and the diff without writing.
+  diff_mode:
+    support: full
+    description: Shows each file before and after.
+  safe_file_operations:
+    support: full
+    description: Writes through a temporary file and an atomic move, keeping mode and owner.
+  platform:
+    support: full
+    platforms: posix
+    description: Linux hosts.
+options:
+  runtime:
+    description: The container engine to configure.
+    type: str
+    required: true
+    choices: [docker, containerd, crio]
+  path:
+    description:
+      - The file to merge into. For V(docker) C(daemon.json), for V(containerd) the main config, for V(crio) the
+        drop-in file.
+      - Defaults to C(/etc/docker/daemon.json), C(/etc/containerd/config.toml) and C(/etc/crio/crio.conf.d/99-nvidia.conf).
+    type: path
+  dropin:
+    description: For V(containerd), the drop-in file. Its directory's C(*.toml) glob is added to the main config's imports.
+    type: path
+    default: /etc/containerd/conf.d/99-nvidia.toml
+  config_version:
+    description:
+      - For V(containerd), the config version of the drop-in, V(2) (containerd 1.x) or V(3) (containerd 2.x).
+        By default the main config's C(version), or V(2) when it has none.
+    type: int
+  name:
+    description: The runtime name, also the handler name of a Kubernetes RuntimeClass.
+    type: str
+    default: nvidia
+  runtime_path:
+    description: The runtime binary.
+    type: path
+    default: /usr/bin/nvidia-container-runtime
+  default_runtime:
+    description:
+      - Make the runtime the engine's default. V(false) removes a default that names this runtime and leaves any other
+        default alone.
+    type: bool
+    default: false
+  cdi:
+    description: For V(docker), set C(features.cdi). Left as it is when not given.
+    type: bool
+  backup:
+    description: Keep a timestamped copy of each file before replacing it.
+    type: bool
+    default: true
+seealso:
+  - name: NVIDIA Container Toolkit, configuring runtimes
+    description: What C(nvidia-ctk runtime configure) writes for each engine.
+    link: https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/latest/install-guide.html
+"""
+
+EXAMPLES = r"""
+- name: Add the nvidia runtime to Docker and enable CDI
+  gpuhost.nvidia.nvidia_container_runtime:
+    runtime: docker
+    cdi: true
+
+- name: Add the nvidia runtime to containerd as the default runtime
+  gpuhost.nvidia.nvidia_container_runtime:
+    runtime: containerd
+    default_runtime: true
+"""
+
+RETURN = r"""
+files:
+  description: The files the runtime configuration lives in (each written only when its content changed).
+  returned: success
+  type: list
+  elements: str
+  sample: [/etc/containerd/config.toml, /etc/containerd/conf.d/99-nvidia.toml]
+changed_files:
+  description: The files that were (or in check mode would be) written.
+  returned: success
+  type: list
+  elements: str
+  sample: [/etc/containerd/conf.d/99-nvidia.toml]
+backup_files:
+  description: The backup copies made.
+  returned: success
+  type: list
+  elements: str
+  sample: [/etc/docker/daemon.json.1234.2025-01-01@10:00:00~]
+runtime_name:
+  description: The runtime name as configured.
+  returned: success
+  type: str
+  sample: nvidia
+"""
+
+import os
+import typing as t
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.common.text.converters import to_bytes, to_text
+
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _files, _runtime
+
+DEFAULT_PATHS = {
+    "docker": "/etc/docker/daemon.json",
+    "containerd": "/etc/containerd/config.toml",
+    "crio": "/etc/crio/crio.conf.d/99-nvidia.conf",
+}
+
+
+def read_text(module: AnsibleModule, path: str) -> str | None:
+    data = _files.read_bytes(path)
+    if data is None:
+        return None
+    try:
+        return to_text(data, errors="strict")
+    except UnicodeDecodeError as exc:
+        module.fail_json(msg="%s is not UTF-8 text (%s); it was not changed" % (path, exc), path=path)
+    return None  # pragma: no cover
+
+
+def plan(module: AnsibleModule) -> list[tuple[str, str]]:
+    """The files and the content each must hold. Fails the module, before any write, on a file it cannot parse."""
+    p = module.params
+    runtime = p["runtime"]
+    path = os.path.abspath(p["path"] or DEFAULT_PATHS[runtime])
+    try:
+        if runtime == "docker":
+            return [(path, _runtime.docker_merge(read_text(module, path), path, p["name"], p["runtime_path"],
+                                                 p["default_runtime"], p["cdi"]))]
+        if runtime == "containerd":
+            text = read_text(module, path)
+            main = _runtime.parse_toml(text, path)
+            dropin = os.path.abspath(p["dropin"])
+            _runtime.parse_toml(read_text(module, dropin), dropin)
+            version = _runtime.containerd_version(main, p["config_version"], path)
+            glob = os.path.join(os.path.dirname(dropin), "*.toml")
+            document = _runtime.containerd_dropin(main, version, p["name"], p["runtime_path"], p["default_runtime"])
+            # The drop-in first: the main config imports it only once it exists.
+            return [
+                (dropin, _runtime.dump_toml(document, _runtime.DROPIN_HEADER)),
+                (path, _runtime.containerd_main(text, main, path, glob, version)),
+            ]
+        _runtime.parse_toml(read_text(module, path), path)
+        return [(path, _runtime.dump_toml(_runtime.crio_dropin(p["name"], p["runtime_path"], p["default_runtime"]),
+                                          _runtime.DROPIN_HEADER))]
+    except _runtime.RuntimeConfigError as exc:
+        module.fail_json(msg=str(exc), path=path)
+    return []  # pragma: no cover
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec=dict(
+            runtime=dict(type="str", required=True, choices=list(_runtime.RUNTIMES)),
+            path=dict(type="path"),
+            dropin=dict(type="path", default="/etc/containerd/conf.d/99-nvidia.toml"),
+            config_version=dict(type="int"),
+            name=dict(type="str", default="nvidia"),
+            runtime_path=dict(type="path", default="/usr/bin/nvidia-container-runtime"),
+            default_runtime=dict(type="bool", default=False),
+            cdi=dict(type="bool"),
+            backup=dict(type="bool", default=True),
+        ),
+        supports_check_mode=True,
+    )
+    files = plan(module)
+
+    changed_files: list[str] = []
+    backups: list[str] = []
+    diffs: list[dict[str, t.Any]] = []
+    for path, content in files:
+        data = to_bytes(content)
+        directory = os.path.dirname(path)
+        if not os.path.isdir(directory):
+            changed_files.append(path)
+            diffs.append(_files.make_diff(path, None, data))
+            if module.check_mode:
+                continue
+            os.makedirs(directory, mode=0o755)
+        outcome = _files.write_file(module, path, data, backup=module.params["backup"])
+        if outcome.changed and path not in changed_files:
+            changed_files.append(path)
+            diffs.append(outcome.diff)
+        if outcome.backup_file:
+            backups.append(outcome.backup_file)
+
+    module.exit_json(
+        changed=bool(changed_files),
+        files=[path for path, _content in files],
+        changed_files=changed_files,
+        backup_files=backups,
+        runtime_name=module.params["name"],
+        diff=diffs,
+    )
+
+
+if __name__ == "__main__":
+    main()
