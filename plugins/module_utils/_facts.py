@@ -62,6 +62,8 @@ def _optional_keys(record: dict[str, t.Any], gather: set[str]) -> None:
         record.setdefault("processes", None)
     if "topology" in gather:
         record.setdefault("topology", None)
+    if "health" in gather:
+        record.setdefault("health", None)
 
 
 def _reboot_reasons(gpus: list[dict[str, t.Any]], state: str, kernel: dict[str, t.Any], library_version: str | None) -> list[str]:
@@ -201,6 +203,8 @@ def gather_facts(
         "gpus": gpus,
         "pci_functions": pci["functions"],
         "nvswitch_count": pci["nvswitch_count"],
+        "iommu": pci["iommu"],
+        "display_functions": pci["display_functions"],
         "device_nodes": pci["device_nodes"],
         "reboot_required": bool(reasons),
         "reboot_reasons": reasons,

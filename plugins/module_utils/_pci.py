@@ -159,6 +159,66 @@ def scan_functions(root: str = "/") -> list[dict[str, t.Any]]:
     return functions
 
 
+def _any_function(path: str, entry: str) -> dict[str, t.Any]:
+    """One PCI function of any vendor, as the IOMMU-group and display listings report it."""
+    vendor = _read_hex(os.path.join(path, "vendor"))
+    device = _read_hex(os.path.join(path, "device"))
+    pci_class = _read_hex(os.path.join(path, "class"))
+    if pci_class is None:
+        kind = FUNCTION_OTHER
+    elif vendor != NVIDIA_VENDOR and (pci_class >> 16) == 0x06:
+        kind = FUNCTION_BRIDGE  # 0x0680 is an NVSwitch only when NVIDIA makes it
+    else:
+        kind = classify(pci_class)
+    boot_vga = _read(os.path.join(path, "boot_vga"))
+    return {
+        "pci_bus_id": normalize_bus_id(entry) or entry,
+        "pci_device_id": format_device_id(vendor, device),
+        "class": None if pci_class is None else "0x%06x" % pci_class,
+        "type": kind,
+        "bound_driver": _link_basename(os.path.join(path, "driver")),
+        "boot_vga": None if boot_vga is None else boot_vga.strip() == "1",
+    }
+
+
+def scan_host_functions(root: str = "/") -> dict[str, t.Any]:
+    """IOMMU state, the IOMMU groups holding NVIDIA functions (every member, any vendor), and every display function.
+
+    ``iommu.enabled`` is true when the kernel created IOMMU groups. A group's members are the PCI functions whose
+    ``iommu_group`` link names it (the same set as ``/sys/kernel/iommu_groups/<n>/devices``). ``display_functions``
+    lists every display-class function of any vendor with its ``boot_vga`` flag (the console's device).
+    """
+    base = _join(root, "/sys/bus/pci/devices")
+    try:
+        entries = sorted(os.listdir(base))
+    except OSError:
+        entries = []
+    by_group: dict[int, list[dict[str, t.Any]]] = {}
+    nvidia_groups: set[int] = set()
+    display = []
+    for entry in entries:
+        path = os.path.join(base, entry)
+        group = _iommu_group(os.path.join(path, "iommu_group"))
+        record = _any_function(path, entry)
+        if group is not None:
+            by_group.setdefault(group, []).append(record)
+            if _read_hex(os.path.join(path, "vendor")) == NVIDIA_VENDOR:
+                nvidia_groups.add(group)
+        if record["class"] is not None and record["class"].startswith("0x03"):
+            display.append(record)
+    try:
+        kernel_groups = bool(os.listdir(_join(root, "/sys/kernel/iommu_groups")))
+    except OSError:
+        kernel_groups = False
+    return {
+        "iommu": {
+            "enabled": kernel_groups or bool(by_group),
+            "groups": [{"group": group, "functions": by_group[group]} for group in sorted(nvidia_groups)],
+        },
+        "display_functions": display,
+    }
+
+
 def device_nodes(root: str = "/") -> list[str]:
     """``/dev/nvidia*`` and ``/dev/nvidia-caps/*`` present under root, as host paths."""
     found = set()
@@ -308,8 +368,11 @@ def scan(root: str = "/", kernel_release: str | None = None) -> dict[str, t.Any]
     """The whole PCI/host picture, as one dict (see nvidia_gpu_facts RETURN for the keys it feeds)."""
     functions = scan_functions(root)
     libraries = {key: find_library(root, soname) for key, soname in LIBRARIES.items()}
+    host = scan_host_functions(root)
     return {
         "functions": functions,
+        "iommu": host["iommu"],
+        "display_functions": host["display_functions"],
         "gpus": [f for f in functions if f["type"] == FUNCTION_GPU],
         "nvswitch_count": sum(1 for f in functions if f["type"] == FUNCTION_NVSWITCH),
         "device_nodes": device_nodes(root),

@@ -542,6 +542,52 @@ ansible_facts:
           returned: always
           type: int
           sample: 4
+        iommu:
+          description:
+            - The host's IOMMU as sysfs shows it, and every IOMMU group that holds an NVIDIA function, with all its
+              members of any vendor. The P(gpuhost.nvidia.vfio_passthrough#role) role checks that a GPU's group can
+              go to vfio-pci as a whole.
+          returned: always
+          type: dict
+          contains:
+            enabled:
+              description: Whether the kernel created IOMMU groups (the IOMMU is on).
+              returned: always
+              type: bool
+              sample: true
+            groups:
+              description: The IOMMU groups that hold an NVIDIA function, by group number.
+              returned: always
+              type: list
+              elements: dict
+              contains:
+                group:
+                  description: The IOMMU group number.
+                  returned: always
+                  type: int
+                  sample: 14
+                functions:
+                  description:
+                    - Every PCI function in the group, of any vendor, with the keys C(pci_bus_id), C(pci_device_id)
+                      (vendor:device), C(class), C(type) (V(gpu), V(audio), V(usb), V(serial_bus), V(nvswitch),
+                      V(bridge), V(other)), C(bound_driver) and C(boot_vga) (true, false or null).
+                  returned: always
+                  type: list
+                  elements: dict
+                  sample:
+                    - {pci_bus_id: "0000:01:00.0", pci_device_id: "10de:2204", class: "0x030000", type: gpu,
+                       bound_driver: nvidia, boot_vga: false}
+        display_functions:
+          description:
+            - Every display-class PCI function of any vendor (on-board BMC graphics too), with the keys C(pci_bus_id),
+              C(pci_device_id), C(class), C(type), C(bound_driver) and C(boot_vga). C(boot_vga) true marks the device
+              the firmware initialised for the console; null when sysfs has no C(boot_vga) file.
+          returned: always
+          type: list
+          elements: dict
+          sample:
+            - {pci_bus_id: "0000:03:00.0", pci_device_id: "1a03:2000", class: "0x030000", type: gpu,
+               bound_driver: ast, boot_vga: true}
         device_nodes:
           description: The C(/dev/nvidia*) and C(/dev/nvidia-caps/*) device nodes that exist.
           returned: always

@@ -1,0 +1,526 @@
+# Copyright (c) gpuhost.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Pure planner for the vfio_passthrough role: which PCI functions go to vfio-pci, and whether that is safe.
+
+Private to this collection: no compatibility promise outside gpuhost.nvidia.
+
+Everything here works on the facts of ``nvidia_gpu_facts`` (``pci_functions``, ``gpus``, ``iommu``,
+``display_functions``) plus a request, and never touches the host. The kernel command-line helpers edit text
+(``GRUB_CMDLINE_LINUX="..."`` in ``/etc/default/grub``, or a whole ``/etc/kernel/cmdline``) token by token, so
+the user's other arguments and spacing survive and removal restores the text exactly.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import typing as t
+
+from ansible_collections.gpuhost.nvidia.plugins.module_utils._common import normalize_bus_id
+
+VFIO_DRIVER = "vfio-pci"
+PASSTHROUGH_DRIVERS = ("vfio-pci", "pci-stub")
+EARLY_MODULES = ("vfio", "vfio_iommu_type1", "vfio_pci")
+
+_ADDRESS_RE = re.compile(r"^(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
+_ID_RE = re.compile(r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{4}$")
+
+IOMMU_ARGS = {"intel": "intel_iommu=on", "amd": "amd_iommu=on"}
+CPU_VENDORS = {"GenuineIntel": "intel", "AuthenticAMD": "amd"}
+
+
+def _as_list(value: t.Any) -> list[t.Any]:
+    if value is None:
+        return []
+    if isinstance(value, (list, tuple, set)):
+        return list(value)
+    return [value]
+
+
+def slot_of(address: str) -> str:
+    """``0000:01:00.1`` -> ``0000:01:00``: the functions of one PCI device share it."""
+    return address.rsplit(".", 1)[0]
+
+
+def cpu_vendor(processor: t.Any) -> str | None:
+    """``intel`` / ``amd`` from Ansible's ``ansible_facts.processor`` list (or a vendor string), else None."""
+    for item in _as_list(processor):
+        vendor = CPU_VENDORS.get(str(item).strip())
+        if vendor:
+            return vendor
+    return None
+
+
+def _describe(function: t.Mapping[str, t.Any]) -> str:
+    return "%s (%s, %s, driver %s)" % (
+        function.get("pci_bus_id"),
+        function.get("pci_device_id") or "unknown id",
+        function.get("type") or "unknown type",
+        function.get("bound_driver") or "none",
+    )
+
+
+def select_targets(
+    facts: t.Mapping[str, t.Any], pci_addresses: t.Iterable[t.Any], device_ids: t.Iterable[t.Any]
+) -> dict[str, t.Any]:
+    """The GPUs chosen by address and by vendor:device id, each with every function of its PCI device.
+
+    Returns ``gpus`` (GPU function addresses), ``functions`` (the GPUs' functions, audio/USB included, sorted),
+    ``ids`` (their vendor:device ids, sorted) and ``errors``.
+    """
+    errors: list[str] = []
+    functions = list(facts.get("pci_functions") or [])
+    by_address = {f.get("pci_bus_id"): f for f in functions}
+    gpu_functions = [f for f in functions if f.get("type") == "gpu"]
+    chosen: list[str] = []
+
+    for raw in _as_list(pci_addresses):
+        text = str(raw).strip()
+        address = normalize_bus_id(text) if _ADDRESS_RE.match(text) else None
+        if address is None:
+            errors.append(
+                "vfio_passthrough_pci_addresses: %r is not a PCI address; write it as dddd:bb:dd.f, for example 0000:01:00.0" % raw
+            )
+            continue
+        function = by_address.get(address)
+        if function is None:
+            known = ", ".join(f.get("pci_bus_id") for f in gpu_functions) or "none"
+            errors.append("vfio_passthrough_pci_addresses: %s is not an NVIDIA PCI function on this host (NVIDIA GPUs: %s)" % (address, known))
+        elif function.get("type") != "gpu":
+            errors.append(
+                "vfio_passthrough_pci_addresses: %s is a %s function, not a GPU; name the GPU function (%s.0): its other "
+                "functions go with it" % (address, function.get("type"), slot_of(address))
+            )
+        elif address not in chosen:
+            chosen.append(address)
+
+    for raw in _as_list(device_ids):
+        text = str(raw).strip().lower()
+        if not _ID_RE.match(text):
+            errors.append("vfio_passthrough_device_ids: %r is not a vendor:device id; write it as 10de:2204" % raw)
+            continue
+        matches = [f.get("pci_bus_id") for f in gpu_functions if f.get("pci_device_id") == text]
+        if not matches:
+            present = ", ".join(sorted({f.get("pci_device_id") for f in gpu_functions})) or "none"
+            errors.append("vfio_passthrough_device_ids: %s matches no NVIDIA GPU on this host (GPU ids present: %s)" % (text, present))
+        for address in matches:
+            if address not in chosen:
+                chosen.append(address)
+
+    slots = {slot_of(a) for a in chosen}
+    members = sorted(f.get("pci_bus_id") for f in functions if slot_of(str(f.get("pci_bus_id"))) in slots)
+    ids = sorted({by_address[a].get("pci_device_id") for a in members if by_address[a].get("pci_device_id")})
+    return {"gpus": sorted(chosen), "functions": members, "ids": ids, "errors": errors}
+
+
+def check_ids_claim_only_targets(facts: t.Mapping[str, t.Any], ids: list[str], targets: list[str]) -> list[str]:
+    """``vfio-pci ids=`` claims every function with those ids: none may be a function that is not passed through."""
+    errors = []
+    for function in facts.get("pci_functions") or []:
+        if function.get("pci_device_id") in ids and function.get("pci_bus_id") not in targets:
+            errors.append(
+                "vfio-pci ids=%s would also claim %s, which is not selected; choose the GPUs by "
+                "vfio_passthrough_pci_addresses instead of vfio_passthrough_device_ids" % (function.get("pci_device_id"), _describe(function))
+            )
+    return errors
+
+
+def check_iommu_groups(facts: t.Mapping[str, t.Any], targets: list[str]) -> dict[str, t.Any]:
+    """Every function sharing an IOMMU group with a target must be a target too, or a PCI bridge.
+
+    Returns ``errors``, ``pending`` (true when the IOMMU is off, so groups cannot be checked yet) and ``groups``
+    (the group numbers of the targets).
+    """
+    iommu = facts.get("iommu") or {}
+    functions = {f.get("pci_bus_id"): f for f in facts.get("pci_functions") or []}
+    if not iommu.get("enabled"):
+        return {"errors": [], "pending": True, "groups": []}
+    groups = {g.get("group"): list(g.get("functions") or []) for g in iommu.get("groups") or []}
+    errors = []
+    seen: list[int] = []
+    for address in targets:
+        group = (functions.get(address) or {}).get("iommu_group")
+        if group is None:
+            errors.append("%s has no IOMMU group although the IOMMU is on: the device cannot be assigned to a VM" % address)
+            continue
+        if group in seen:
+            continue
+        seen.append(group)
+        strangers = [
+            f for f in groups.get(group, [])
+            if f.get("pci_bus_id") not in targets and f.get("type") != "bridge"
+        ]
+        if strangers:
+            errors.append(
+                "IOMMU group %d of %s also holds %s, which would not go to vfio-pci: a group is assigned to a VM as a whole. "
+                "Pass those devices through too, move the GPU to another slot, or fix the grouping in the firmware "
+                "(ACS); this role does not use the ACS override patch"
+                % (group, address, ", ".join(_describe(f) for f in strangers))
+            )
+    return {"errors": errors, "pending": False, "groups": sorted(seen)}
+
+
+def check_console(facts: t.Mapping[str, t.Any], targets: list[str], allow: bool) -> dict[str, list[str]]:
+    """A target that drives the boot console needs another display device, or an explicit override."""
+    errors: list[str] = []
+    warnings: list[str] = []
+    display = list(facts.get("display_functions") or [])
+    for address in targets:
+        record = next((d for d in display if d.get("pci_bus_id") == address), None)
+        if not record or not record.get("boot_vga"):
+            continue
+        others = [d for d in display if d.get("pci_bus_id") not in targets]
+        if others:
+            warnings.append(
+                "%s drives the boot console; after passthrough the console is on %s only if the firmware picks it"
+                % (address, ", ".join(d.get("pci_bus_id") for d in others))
+            )
+        elif allow:
+            warnings.append("%s is the host's only display device and drives the console: the host console goes dark (allowed by "
+                            "vfio_passthrough_allow_console_gpu)" % address)
+        else:
+            errors.append(
+                "%s is the host's only display device and drives the boot console: passing it through leaves the host without "
+                "a console. Set vfio_passthrough_allow_console_gpu: true if you have another way in (serial console, BMC)" % address
+            )
+    return {"errors": errors, "warnings": warnings}
+
+
+def check_processes(facts: t.Mapping[str, t.Any], targets: list[str]) -> list[str]:
+    """No process may be using a target GPU under the nvidia driver."""
+    errors = []
+    for gpu in facts.get("gpus") or []:
+        if gpu.get("pci_bus_id") not in targets or gpu.get("bound_driver") != "nvidia":
+            continue
+        processes = gpu.get("processes") or []
+        if processes:
+            described = ", ".join("%s (pid %s)" % (p.get("name") or "?", p.get("pid")) for p in processes)
+            errors.append("%s is in use under the nvidia driver by %s: stop them before passing the GPU through" % (gpu.get("pci_bus_id"), described))
+    return errors
+
+
+def _gpu_keys(gpu: t.Mapping[str, t.Any]) -> set[str]:
+    keys = {str(gpu.get("pci_bus_id")), str(gpu.get("uuid"))}
+    if gpu.get("index") is not None:
+        keys.add(str(gpu.get("index")))
+    return keys
+
+
+def check_conflicts(facts: t.Mapping[str, t.Any], gpus: list[str], other_roles: t.Mapping[str, t.Any]) -> list[str]:
+    """The GPUs passed through must not be driven by nvidia_driver or configured by gpu_settings in the same play.
+
+    ``other_roles.nvidia_driver``: null when the driver role is not configured for this host, else a dict with
+    ``passthrough_pci_addresses`` and ``passthrough_policy``: every target must be listed with policy ``exclude``.
+    ``other_roles.gpu_settings_gpus``: ``gpu_settings_spec.gpus`` when set. V(all) is fine (NVML does not see
+    vfio-pci GPUs); an index, UUID or PCI address naming a target is a conflict.
+    """
+    errors = []
+    driver = other_roles.get("nvidia_driver")
+    if driver is not None:
+        listed = {normalize_bus_id(a) or str(a) for a in _as_list(driver.get("passthrough_pci_addresses"))}
+        missing = [a for a in gpus if a not in listed]
+        if missing:
+            errors.append(
+                "nvidia_driver is configured for this host and would drive %s: add %s to nvidia_driver_passthrough_pci_addresses "
+                "and set nvidia_driver_passthrough_policy: exclude" % (", ".join(missing), ", ".join(missing))
+            )
+        elif gpus and driver.get("passthrough_policy") != "exclude":
+            errors.append(
+                "nvidia_driver_passthrough_policy is %r: set it to exclude so that the driver role leaves %s to vfio-pci"
+                % (driver.get("passthrough_policy"), ", ".join(gpus))
+            )
+    selectors = [str(s) for s in _as_list(other_roles.get("gpu_settings_gpus"))]
+    for gpu in facts.get("gpus") or []:
+        address = gpu.get("pci_bus_id")
+        if address not in gpus:
+            continue
+        keys = _gpu_keys(gpu)
+        hits = [s for s in selectors if s in keys or normalize_bus_id(s) == address]
+        if hits:
+            errors.append("gpu_settings_spec.gpus names %s (%s), which this play passes through to VMs: remove it there"
+                          % (address, ", ".join(hits)))
+    return errors
+
+
+def kernel_args(request: t.Mapping[str, t.Any], vendor: str | None, ids: list[str]) -> list[str]:
+    """The kernel arguments to ensure: the IOMMU switch for the CPU vendor, iommu=pt, optionally vfio-pci.ids=."""
+    args = []
+    if vendor in IOMMU_ARGS:
+        args.append(IOMMU_ARGS[vendor])
+    if request.get("iommu_passthrough_mode", True):
+        args.append("iommu=pt")
+    if request.get("kernel_ids") and ids:
+        args.append("vfio-pci.ids=%s" % ",".join(ids))
+    return args
+
+
+def proxmox_hostpci(gpus: list[str], options: t.Mapping[str, t.Any]) -> list[str]:
+    """One Proxmox ``hostpciN`` line per GPU (all functions: the slot without the function number)."""
+    lines = []
+    for number, address in enumerate(gpus):
+        slot = slot_of(address)
+        if slot.startswith("0000:"):
+            slot = slot[5:]
+        parts = [slot]
+        parts.append("pcie=%d" % (1 if options.get("pcie", True) else 0))
+        parts.append("rombar=%d" % (1 if options.get("rombar", True) else 0))
+        parts.append("x-vga=%d" % (1 if options.get("x_vga", False) else 0))
+        lines.append("hostpci%d: %s" % (number, ",".join(parts)))
+    return lines
+
+
+def plan(request: t.Mapping[str, t.Any], facts: t.Mapping[str, t.Any], host: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
+    """Everything the role does, and every reason to stop before changing anything (``errors``).
+
+    request: state, pci_addresses, device_ids, iommu_passthrough_mode, kernel_ids, allow_console_gpu, cpu_vendor
+        (auto, intel, amd, none), proxmox ({pcie, rombar, x_vga}), other_roles.
+    host: processor (ansible_facts.processor), proc_cmdline (the running kernel's command line).
+    """
+    state = request.get("state") or "present"
+    result: dict[str, t.Any] = {
+        "state": state,
+        "errors": [],
+        "warnings": [],
+        "gpus": [],
+        "functions": [],
+        "ids": [],
+        "mode": None,
+        "kernel_args": [],
+        "iommu_pending": False,
+        "iommu_groups": [],
+        "proxmox_hostpci": [],
+        "unbound": [],
+    }
+    if state not in ("present", "absent"):
+        result["errors"].append("vfio_passthrough_state must be present or absent, got %r" % state)
+        return result
+    if state == "absent":
+        return result
+
+    addresses = _as_list(request.get("pci_addresses"))
+    device_ids = _as_list(request.get("device_ids"))
+    if not addresses and not device_ids:
+        result["errors"].append("choose the GPUs to pass through: set vfio_passthrough_pci_addresses or vfio_passthrough_device_ids")
+        return result
+    selection = select_targets(facts, addresses, device_ids)
+    errors = list(selection["errors"])
+    result.update(gpus=selection["gpus"], functions=selection["functions"])
+    # ids mode (options vfio-pci ids=) only when the user chose by id alone; addresses use a per-device override.
+    result["mode"] = "ids" if device_ids and not addresses else "addresses"
+    if result["mode"] == "ids":
+        result["ids"] = selection["ids"]
+        errors.extend(check_ids_claim_only_targets(facts, selection["ids"], selection["functions"]))
+
+    wanted_vendor = request.get("cpu_vendor") or "auto"
+    if wanted_vendor == "auto":
+        vendor = cpu_vendor(host.get("processor"))
+        if vendor is None:
+            result["warnings"].append("the CPU vendor is neither Intel nor AMD: no intel_iommu/amd_iommu argument is added "
+                                      "(set vfio_passthrough_cpu_vendor to choose one)")
+    elif wanted_vendor in ("intel", "amd", "none"):
+        vendor = None if wanted_vendor == "none" else wanted_vendor
+    else:
+        errors.append("vfio_passthrough_cpu_vendor must be auto, intel, amd or none, got %r" % wanted_vendor)
+        vendor = None
+    result["kernel_args"] = kernel_args(request, vendor, result["ids"])
+
+    groups = check_iommu_groups(facts, selection["functions"])
+    errors.extend(groups["errors"])
+    result["iommu_groups"] = groups["groups"]
+    if groups["pending"]:
+        running = (host.get("proc_cmdline") or "").split()
+        iommu_arg = IOMMU_ARGS.get(vendor or "")
+        if iommu_arg and iommu_arg not in running:
+            result["iommu_pending"] = True
+            result["warnings"].append(
+                "the IOMMU is not on yet: %s takes effect at the next boot; the IOMMU groups are checked on the first run after it"
+                % iommu_arg
+            )
+        else:
+            errors.append(
+                "the IOMMU is off although the running kernel has %s: enable VT-d / AMD-Vi (IOMMU) in the firmware setup"
+                % (iommu_arg or "no IOMMU argument to add")
+            )
+
+    console = check_console(facts, selection["gpus"], bool(request.get("allow_console_gpu")))
+    errors.extend(console["errors"])
+    result["warnings"].extend(console["warnings"])
+    errors.extend(check_processes(facts, selection["gpus"]))
+    errors.extend(check_conflicts(facts, selection["gpus"], request.get("other_roles") or {}))
+
+    bound = {f.get("pci_bus_id"): f.get("bound_driver") for f in facts.get("pci_functions") or []}
+    result["unbound"] = ["%s (%s)" % (a, bound.get(a) or "no driver") for a in selection["functions"] if bound.get(a) != VFIO_DRIVER]
+    result["proxmox_hostpci"] = proxmox_hostpci(selection["gpus"], request.get("proxmox") or {})
+    result["errors"] = errors
+    return result
+
+
+# Kernel command line editing -------------------------------------------------------------------------------------
+
+
+def _key(arg: str) -> str:
+    return arg.split("=", 1)[0]
+
+
+def _tokens(text: str) -> list[tuple[int, int, str]]:
+    """Whitespace-separated tokens of a command line with their spans."""
+    return [(m.start(), m.end(), m.group(0)) for m in re.finditer(r"\S+", text)]
+
+
+def merge_cmdline(current: str, wanted: t.Iterable[str], ours: t.Iterable[str] = ()) -> dict[str, t.Any]:
+    """Ensure ``wanted`` arguments in a command line, keeping every other argument and the spacing.
+
+    ``ours``: arguments an earlier run added (from the record). An argument of ours whose key is wanted with another
+    value is replaced; a user's argument with the same key and another value is a conflict (never overwritten).
+    Returns ``cmdline``, ``added`` (now ours and not there before), ``removed`` and ``errors``.
+    """
+    ours = list(ours)
+    text = current
+    removed = []
+    errors = []
+    added = []
+    wanted = list(dict.fromkeys(wanted))
+    # Drop our own stale arguments (a changed vfio-pci.ids=, an iommu arg for another vendor).
+    stale = [a for a in ours if a not in wanted and a in text.split()]
+    if stale:
+        text = remove_args(text, stale)
+        removed = stale
+    present = text.split()
+    for arg in wanted:
+        if arg in present:
+            continue
+        clash = [p for p in present if _key(p) == _key(arg) and p != arg]
+        if clash:
+            errors.append("the kernel command line already sets %s; this role would set %s. Remove it, or change the role's "
+                          "variables so that it does not ask for %s" % (" ".join(clash), arg, _key(arg)))
+            continue
+        text = (text + " " + arg) if text.strip() else (text + arg)
+        present.append(arg)
+        added.append(arg)
+    return {"cmdline": text, "added": added, "removed": removed, "errors": errors}
+
+
+def remove_args(current: str, args: t.Iterable[str]) -> str:
+    """Remove whole-token arguments, each with the space before it (or after it, at the start)."""
+    drop = set(args)
+    text = current
+    for start, end, token in reversed(_tokens(current)):
+        if token not in drop:
+            continue
+        if start > 0 and text[start - 1] == " ":
+            text = text[: start - 1] + text[end:]
+        elif end < len(text) and text[end] == " ":
+            text = text[:start] + text[end + 1:]
+        else:
+            text = text[:start] + text[end:]
+    return text
+
+
+_ASSIGN_RE_TEMPLATE = r'^(?P<prefix>\s*(?:export\s+)?%s=)(?P<value>"[^"]*"|\'[^\']*\'|[^\s#]*)(?P<rest>.*)$'
+
+
+def edit_shell_variable(content: str, variable: str, edit: t.Callable[[str], str]) -> tuple[str, str | None]:
+    """Apply ``edit`` to the value of ``VARIABLE="..."`` in a shell-style defaults file (the last assignment wins).
+
+    Returns the new content and the old value (None when the variable was not assigned; it is then appended).
+    Only double-quoted, single-quoted and bare values without expansions are edited.
+    """
+    pattern = re.compile(_ASSIGN_RE_TEMPLATE % re.escape(variable))
+    lines = content.splitlines(keepends=True)
+    index = None
+    for number, line in enumerate(lines):
+        if pattern.match(line.rstrip("\n")):
+            index = number
+    if index is None:
+        new_value = edit("")
+        sep = "" if not content or content.endswith("\n") else "\n"
+        return content + sep + '%s="%s"\n' % (variable, new_value), None
+    line = lines[index]
+    ending = "\n" if line.endswith("\n") else ""
+    match = pattern.match(line.rstrip("\n"))
+    assert match is not None
+    raw = match.group("value")
+    if raw[:1] in ('"', "'"):
+        quote, value = raw[0], raw[1:-1]
+    else:
+        quote, value = '"', raw
+    if "$" in value or "`" in value:
+        raise ValueError("%s uses shell expansion (%s); edit it by hand or move the expansion out of it" % (variable, raw))
+    new = edit(value)
+    lines[index] = "%s%s%s%s%s%s" % (match.group("prefix"), quote, new, quote, match.group("rest"), ending)
+    return "".join(lines), value
+
+
+def shell_value(content: str, variable: str) -> str | None:
+    """The value of the last ``VARIABLE=`` assignment, unquoted (None when not assigned)."""
+    pattern = re.compile(_ASSIGN_RE_TEMPLATE % re.escape(variable))
+    value = None
+    for line in content.splitlines():
+        match = pattern.match(line)
+        if match:
+            parsed = shlex.split(match.group("value")) if match.group("value") else [""]
+            value = " ".join(parsed)
+    return value
+
+
+def plan_cmdline_file(
+    content: str | None, variable: str | None, args: list[str], state: str, recorded: list[str]
+) -> dict[str, t.Any]:
+    """The new content of a kernel command-line file, and the arguments that are ours afterwards.
+
+    ``variable``: the shell variable holding the command line (``GRUB_CMDLINE_LINUX`` in ``/etc/default/grub``);
+    empty for a file that is the command line itself (``/etc/kernel/cmdline``). ``recorded``: the arguments an earlier
+    run added to this file. ``state: absent`` removes exactly those, so the file comes back as it was.
+    Returns ``content``, ``before`` / ``after`` (the command line), ``added``, ``removed``, ``ours`` and ``errors``.
+    """
+    result: dict[str, t.Any] = {"content": content, "before": None, "after": None, "added": [], "removed": [],
+                                "ours": [], "errors": []}
+    if content is None:
+        if state == "absent":
+            return result
+        result["errors"].append("the file does not exist: is it this host's bootloader configuration?")
+        return result
+    present_args: list[str] = []
+    changes: dict[str, t.Any] = {}
+
+    def edit(value: str) -> str:
+        result["before"] = value
+        present_args.extend(value.split())
+        if state == "absent":
+            mine = [a for a in recorded if a in present_args]
+            changes["removed"] = mine
+            return remove_args(value, mine)
+        merged = merge_cmdline(value, args, recorded)
+        changes.update(merged)
+        return merged["cmdline"]
+
+    if variable:
+        try:
+            new_content, _old = edit_shell_variable(content, variable, edit)
+        except ValueError as exc:
+            result["errors"].append(str(exc))
+            return result
+    else:
+        body = content.rstrip("\n")
+        new_body = edit(body)
+        new_content = content if new_body == body else new_body + (content[len(body):] or "\n")
+    result["errors"] = list(changes.get("errors", []))
+    if result["errors"]:
+        return result
+    if state == "absent":
+        result["removed"] = changes.get("removed", [])
+        result["ours"] = []
+        if not result["removed"]:
+            new_content = content
+    else:
+        result["added"] = changes.get("added", [])
+        result["removed"] = changes.get("removed", [])
+        now = (changes.get("cmdline") or "").split()
+        result["ours"] = [a for a in list(dict.fromkeys(list(recorded) + result["added"])) if a in now and a in args]
+        if not result["added"] and not result["removed"]:
+            new_content = content
+    result["content"] = new_content
+    result["after"] = changes.get("cmdline") if state == "present" else None
+    return result
