@@ -36,7 +36,20 @@ from ansible_collections.gpuhost.nvidia.plugins.module_utils._common import (
     to_text,
 )
 
-GATHER_CHOICES = ("processes", "utilization", "topology")
+GATHER_CHOICES = ("processes", "utilization", "topology", "health")
+
+# nvmlClocksEventReason* / nvmlClocksThrottleReason* bits -> names in the facts (``health.throttle_reasons``).
+THROTTLE_REASONS = (
+    (0x1, "gpu_idle"),
+    (0x2, "applications_clocks_setting"),
+    (0x4, "sw_power_cap"),
+    (0x8, "hw_slowdown"),
+    (0x10, "sync_boost"),
+    (0x20, "sw_thermal_slowdown"),
+    (0x40, "hw_thermal_slowdown"),
+    (0x80, "hw_power_brake_slowdown"),
+    (0x100, "display_clock_setting"),
+)
 
 MIB = 1024 * 1024
 
@@ -190,6 +203,46 @@ class _Collector:
             record["power_draw_w"] = _watts(self.call(label, "nvmlDeviceGetPowerUsage", handle))
         if "processes" in self.gather:
             record["processes"] = self.processes(label, handle)
+        if "health" in self.gather:
+            record["health"] = self.health(label, handle)
+
+    def health(self, label: str, handle: t.Any) -> dict[str, t.Any]:
+        """Throttle reasons, PCIe link, ECC error counts, retired pages and remapped rows; None where unsupported."""
+        reasons = self.call(label, "nvmlDeviceGetCurrentClocksEventReasons", handle)
+        if reasons is None:
+            reasons = self.call(label, "nvmlDeviceGetCurrentClocksThrottleReasons", handle)
+        ecc = {}
+        for error_type, error_name in ((0, "corrected"), (1, "uncorrected")):
+            for counter, counter_name in ((0, "volatile"), (1, "aggregate")):
+                value = self.call(label, "nvmlDeviceGetTotalEccErrors", handle, error_type, counter)
+                ecc["%s_%s" % (error_name, counter_name)] = None if value is None else int(value)
+        single = self.call(label, "nvmlDeviceGetRetiredPages", handle, 0)
+        double = self.call(label, "nvmlDeviceGetRetiredPages", handle, 1)
+        pending = self.call(label, "nvmlDeviceGetRetiredPagesPendingStatus", handle)
+        rows = self.call(label, "nvmlDeviceGetRemappedRows", handle)
+        return {
+            "throttle_reasons": None if reasons is None else [name for bit, name in THROTTLE_REASONS if int(reasons) & bit],
+            "pcie": {
+                "gen_current": _opt_int(self.call(label, "nvmlDeviceGetCurrPcieLinkGeneration", handle)),
+                "gen_max": _opt_int(self.call(label, "nvmlDeviceGetMaxPcieLinkGeneration", handle)),
+                "width_current": _opt_int(self.call(label, "nvmlDeviceGetCurrPcieLinkWidth", handle)),
+                "width_max": _opt_int(self.call(label, "nvmlDeviceGetMaxPcieLinkWidth", handle)),
+            },
+            "ecc_errors": ecc,
+            "retired_pages": {
+                "single_bit": None if single is None else len(single),
+                "double_bit": None if double is None else len(double),
+                "pending": None if pending is None else bool(pending),
+            },
+            "remapped_rows": None
+            if rows is None or len(rows) != 4
+            else {
+                "correctable": int(rows[0]),
+                "uncorrectable": int(rows[1]),
+                "pending": bool(rows[2]),
+                "failure": bool(rows[3]),
+            },
+        }
 
     def mig_devices(self, label: str, handle: t.Any) -> list[dict[str, t.Any]]:
         count = self.call(label, "nvmlDeviceGetMaxMigDeviceCount", handle) or 0
@@ -287,6 +340,10 @@ def _pair(value: t.Any) -> dict[str, bool | None]:
     if value is None or len(value) != 2:
         return {"current": None, "pending": None}
     return {"current": bool(value[0]), "pending": bool(value[1])}
+
+
+def _opt_int(value: t.Any) -> int | None:
+    return None if value is None else int(value)
 
 
 def _na32(value: t.Any) -> int | None:

@@ -161,6 +161,8 @@ def parse(xml_text: str, gather: t.Iterable[str] = ()) -> dict[str, t.Any]:
     messages = []
     if "topology" in gather:
         messages.append("nvidia-smi: GPU topology is not part of nvidia-smi -q -x; topology is null")
+    if "health" in gather:
+        messages.append("nvidia-smi: the health group is read from NVML only; health is null")
     return {"driver": driver, "gpus": gpus, "messages": messages}
 
 
@@ -207,6 +209,8 @@ def _gpu(index: int, elem: ET.Element, gather: set[str]) -> dict[str, t.Any]:
         record["processes"] = _processes(elem)
     if "topology" in gather:
         record["topology"] = None
+    if "health" in gather:
+        record["health"] = None
     return record
 
 

@@ -53,9 +53,12 @@ options:
       - V(processes) adds RV(ansible_facts.nvidia_gpu.gpus[].processes).
       - V(topology) adds RV(ansible_facts.nvidia_gpu.gpus[].topology). Only NVML gives it; it is null from
         C(nvidia-smi).
+      - V(health) adds RV(ansible_facts.nvidia_gpu.gpus[].health) (throttle reasons, PCIe link, ECC error counts,
+        retired pages, remapped rows), which M(gpuhost.nvidia.nvidia_gpu_doctor) reads. Only NVML gives it; it is
+        null from C(nvidia-smi).
     type: list
     elements: str
-    choices: [processes, utilization, topology]
+    choices: [processes, utilization, topology, health]
     default: []
   root:
     description:
@@ -490,6 +493,45 @@ ansible_facts:
                       returned: success
                       type: str
                       sample: NV18
+            health:
+              description:
+                - What NVML says about the GPU's health. Null from C(nvidia-smi) and for GPUs seen only on PCI.
+                - Each value is null when the GPU or driver does not support it.
+              returned: when O(gather) contains V(health)
+              type: dict
+              contains:
+                throttle_reasons:
+                  description:
+                    - The active clock throttle (clock event) reasons, among V(gpu_idle),
+                      V(applications_clocks_setting), V(sw_power_cap), V(hw_slowdown), V(sync_boost),
+                      V(sw_thermal_slowdown), V(hw_thermal_slowdown), V(hw_power_brake_slowdown) and
+                      V(display_clock_setting).
+                  returned: success
+                  type: list
+                  elements: str
+                  sample: [gpu_idle]
+                pcie:
+                  description: The PCIe link, with keys C(gen_current), C(gen_max), C(width_current) and C(width_max).
+                  returned: success
+                  type: dict
+                  sample: {gen_current: 5, gen_max: 5, width_current: 16, width_max: 16}
+                ecc_errors:
+                  description:
+                    - ECC error counts, with keys C(corrected_volatile), C(uncorrected_volatile),
+                      C(corrected_aggregate) and C(uncorrected_aggregate).
+                  returned: success
+                  type: dict
+                  sample: {corrected_volatile: 0, uncorrected_volatile: 0, corrected_aggregate: 2, uncorrected_aggregate: 0}
+                retired_pages:
+                  description: Pages retired for single-bit and double-bit ECC errors, and whether a retirement waits for a reboot.
+                  returned: success
+                  type: dict
+                  sample: {single_bit: 0, double_bit: 0, pending: false}
+                remapped_rows:
+                  description: Row remapping (Ampere and later), with keys C(correctable), C(uncorrectable), C(pending) and C(failure).
+                  returned: success
+                  type: dict
+                  sample: {correctable: 0, uncorrectable: 0, pending: false, failure: false}
         pci_functions:
           description: Every NVIDIA PCI function, ordered by address. This includes GPU audio, USB and USB-C controllers, and NVSwitches.
           returned: always

@@ -311,6 +311,53 @@ class FakeNVML:
         self._check("nvmlDeviceGetMigMode", handle)
         return list(self._value(handle, "mig"))
 
+    # health (gather: [health]); profile key ``health``, absent or null values raise NotSupported
+    def _health(self, device: Device, *path: str) -> t.Any:
+        value: t.Any = device.gpu.get("health")
+        for key in path:
+            value = None if value is None else value.get(key)
+        if value is None:
+            raise error("NotSupported")
+        return value
+
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle: Device) -> int:
+        self._check("nvmlDeviceGetCurrentClocksThrottleReasons", handle)
+        return int(self._health(handle, "throttle_reasons_mask"))
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, handle: Device) -> int:
+        self._check("nvmlDeviceGetCurrPcieLinkGeneration", handle)
+        return self._health(handle, "pcie", "gen_current")
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, handle: Device) -> int:
+        self._check("nvmlDeviceGetMaxPcieLinkGeneration", handle)
+        return self._health(handle, "pcie", "gen_max")
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, handle: Device) -> int:
+        self._check("nvmlDeviceGetCurrPcieLinkWidth", handle)
+        return self._health(handle, "pcie", "width_current")
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, handle: Device) -> int:
+        self._check("nvmlDeviceGetMaxPcieLinkWidth", handle)
+        return self._health(handle, "pcie", "width_max")
+
+    def nvmlDeviceGetTotalEccErrors(self, handle: Device, error_type: int, counter_type: int) -> int:
+        self._check("nvmlDeviceGetTotalEccErrors", handle, error_type, counter_type)
+        key = "%s_%s" % (("corrected", "uncorrected")[error_type], ("volatile", "aggregate")[counter_type])
+        return self._health(handle, "ecc_errors", key)
+
+    def nvmlDeviceGetRetiredPages(self, handle: Device, cause: int) -> list[int]:
+        self._check("nvmlDeviceGetRetiredPages", handle, cause)
+        return list(self._health(handle, "retired_pages", ("single_bit", "double_bit")[cause]))
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, handle: Device) -> int:
+        self._check("nvmlDeviceGetRetiredPagesPendingStatus", handle)
+        return int(self._health(handle, "retired_pages", "pending"))
+
+    def nvmlDeviceGetRemappedRows(self, handle: Device) -> tuple[int, int, int, int]:
+        self._check("nvmlDeviceGetRemappedRows", handle)
+        rows = self._health(handle, "remapped_rows")
+        return (rows[0], rows[1], rows[2], rows[3])
+
     def nvmlDeviceGetUtilizationRates(self, handle: Device) -> _Obj:
         self._check("nvmlDeviceGetUtilizationRates", handle)
         if self._mig_enabled(handle):

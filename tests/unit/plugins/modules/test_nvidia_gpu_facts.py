@@ -14,10 +14,10 @@ import fake_pynvml
 import sysfs
 from gpufacts_support import OWN_XML
 
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _pci
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _facts, _pci
 from ansible_collections.gpuhost.nvidia.plugins.modules import nvidia_gpu_facts
 
-ALL = ["processes", "utilization", "topology"]
+ALL = ["processes", "utilization", "topology", "health"]
 
 
 @pytest.fixture(autouse=True)
@@ -397,4 +397,4 @@ def test_argument_spec_matches_documentation():
     doc = yaml.safe_load(nvidia_gpu_facts.DOCUMENTATION)["options"]
     assert set(doc) == {"backends", "gather", "root"}
     assert doc["backends"]["default"] == ["nvml", "nvidia-smi", "pci"]
-    assert doc["gather"]["choices"] == ["processes", "utilization", "topology"]
+    assert doc["gather"]["choices"] == ["processes", "utilization", "topology", "health"] == list(_facts.GATHER)
