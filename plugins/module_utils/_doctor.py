@@ -1,0 +1,613 @@
+# Copyright (c) gpuhost.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The GPU doctor's checks: pure functions of the GPU facts and a snapshot of a few host files.
+
+Private to this collection: no compatibility promise outside gpuhost.nvidia.
+
+Everything about the GPUs and the driver comes from ``ansible_facts.nvidia_gpu`` (gathered with ``gather: [health]``).
+:func:`read_host` only reads what the facts do not hold: loaded modules other than nvidia, the Secure Boot variable,
+the container runtime configuration files, CDI specs, ``/dev/char`` links and the cgroup version. Each check returns
+``{id, title, status, evidence, fix}`` with status ``ok``, ``warn`` or ``fail``; ``fix`` is empty when ok.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import typing as t
+
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _catalog
+from ansible_collections.gpuhost.nvidia.plugins.module_utils._common import version_tuple
+
+try:
+    import tomllib  # Python 3.11+
+
+    HAS_TOMLLIB = True
+except ImportError:  # pragma: no cover - Python < 3.11
+    tomllib = None  # type: ignore[assignment]
+    HAS_TOMLLIB = False
+
+OK, WARN, FAIL = "ok", "warn", "fail"
+STATUSES = (OK, WARN, FAIL)
+SECURE_BOOT_VAR = "/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-e98c0ff1c4a8"
+SIGNATURE_MAGIC = b"~Module signature appended~\n"
+MODULE_DIRS = ("updates/dkms", "updates", "extra", "kernel/drivers/video", "kernel/drivers/gpu", "nvidia", "misc")
+MODULE_FILE_RE = re.compile(r"^nvidia\.ko(\.xz|\.gz|\.zst)?$")
+# Throttle reasons that are not a problem: idle, a clock the admin set, sync boost, a display clock.
+BENIGN_THROTTLE = frozenset({"gpu_idle", "applications_clocks_setting", "sync_boost", "display_clock_setting"})
+HARD_THROTTLE = frozenset({"hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"})
+CONTAINERD_RUNTIME_TABLES = (
+    ("plugins", "io.containerd.grpc.v1.cri", "containerd", "runtimes"),  # containerd 1.x (config version 2)
+    ("plugins", "io.containerd.cri.v1.runtime", "containerd", "runtimes"),  # containerd 2.x (config version 3)
+)
+DEFAULTS: dict[str, t.Any] = {
+    "docker_daemon_json": "/etc/docker/daemon.json",
+    "containerd_config": "/etc/containerd/config.toml",
+    "containerd_conf_dir": "/etc/containerd/conf.d",
+    "cdi_dirs": ["/etc/cdi", "/var/run/cdi"],
+    "cdi_kind": "nvidia.com/gpu",
+    "runtime_name": "nvidia",
+    "required_cuda": None,
+    "vfio_devices": [],
+    "ecc_corrected_warn": 100,
+}
+
+
+def check(cid: str, title: str, status: str, evidence: str, fix: str = "") -> dict[str, str]:
+    return {"id": cid, "title": title, "status": status, "evidence": evidence, "fix": fix if status != OK else ""}
+
+
+# -- reading the host ------------------------------------------------------------------------------------------
+
+
+def _join(root: str, path: str) -> str:
+    return os.path.join(root, path.lstrip("/"))
+
+
+def _read_text(path: str) -> str | None:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+
+
+def _file(root: str, path: str) -> dict[str, t.Any]:
+    full = _join(root, path)
+    text = _read_text(full) if os.path.isfile(full) else None
+    return {"path": path, "exists": text is not None, "text": text, "mtime": os.path.getmtime(full) if text is not None else None}
+
+
+def _secure_boot(root: str) -> bool | None:
+    """True/False from the EFI variable; None on a legacy-BIOS boot (no /sys/firmware/efi) or when unreadable."""
+    if not os.path.isdir(_join(root, "/sys/firmware/efi")):
+        return None
+    try:
+        with open(_join(root, SECURE_BOOT_VAR), "rb") as handle:
+            data = handle.read()
+    except OSError:
+        return None
+    # 4 bytes of attributes, then the value.
+    return bool(data[4]) if len(data) >= 5 else None
+
+
+def _module_signed(root: str, kernel_release: str) -> tuple[str | None, bool | None]:
+    """The nvidia.ko built for the kernel and whether it carries a signature (None: compressed, cannot tell)."""
+    base = _join(root, "/lib/modules/%s" % kernel_release)
+    for sub in MODULE_DIRS:
+        top = os.path.join(base, sub)
+        if not os.path.isdir(top):
+            continue
+        for dirpath, dirnames, filenames in os.walk(top):
+            dirnames.sort()
+            for name in sorted(filenames):
+                if MODULE_FILE_RE.match(name):
+                    path = os.path.join(dirpath, name)
+                    shown = "/" + os.path.relpath(path, root)
+                    if name != "nvidia.ko":
+                        return shown, None
+                    try:
+                        with open(path, "rb") as handle:
+                            handle.seek(max(0, os.path.getsize(path) - len(SIGNATURE_MAGIC)))
+                            return shown, handle.read() == SIGNATURE_MAGIC
+                    except OSError:
+                        return shown, None
+    return None, None
+
+
+def _char_links(root: str, nodes: t.Iterable[str]) -> dict[str, dict[str, t.Any]]:
+    """For each /dev/nvidia* character device: its major:minor and whether /dev/char/MAJOR:MINOR exists."""
+    links = {}
+    for node in nodes:
+        try:
+            st = os.stat(_join(root, node))
+        except OSError:
+            continue
+        if not (st.st_mode & 0o170000) == 0o020000:  # not a character device (test trees use plain files)
+            continue
+        key = "%d:%d" % (os.major(st.st_rdev), os.minor(st.st_rdev))
+        links[node] = {"dev": key, "char_link": os.path.lexists(_join(root, "/dev/char/%s" % key))}
+    return links
+
+
+def read_host(facts: dict[str, t.Any], params: dict[str, t.Any], root: str = "/", kernel_release: str | None = None) -> dict[str, t.Any]:
+    """What the checks need beyond the facts. Reads only; every path is under ``root``."""
+    release = kernel_release or os.uname().release
+    conf_dir = _join(root, params["containerd_conf_dir"])
+    dropins = []
+    if os.path.isdir(conf_dir):
+        dropins = [_file(root, os.path.join(params["containerd_conf_dir"], n)) for n in sorted(os.listdir(conf_dir)) if n.endswith(".toml")]
+    cdi = []
+    for directory in params["cdi_dirs"]:
+        full = _join(root, directory)
+        if os.path.isdir(full):
+            cdi.extend(_file(root, os.path.join(directory, n)) for n in sorted(os.listdir(full)) if n.endswith((".yaml", ".yml", ".json")))
+    library = ((facts.get("driver") or {}).get("library_paths") or {}).get("nvml")
+    library_mtime = None
+    if library:
+        try:
+            library_mtime = os.path.getmtime(os.path.realpath(_join(root, library)))
+        except OSError:
+            library_mtime = None
+    module_path, module_signed = _module_signed(root, release)
+    return {
+        "root": root,
+        "kernel_release": release,
+        "nouveau_loaded": os.path.isdir(_join(root, "/sys/module/nouveau")),
+        "secure_boot": _secure_boot(root),
+        "efi": os.path.isdir(_join(root, "/sys/firmware/efi")),
+        "module_path": module_path,
+        "module_signed": module_signed,
+        "docker_daemon_json": _file(root, params["docker_daemon_json"]),
+        "containerd_config": _file(root, params["containerd_config"]),
+        "containerd_dropins": [d for d in dropins if d["exists"]],
+        "cdi_specs": [s for s in cdi if s["exists"]],
+        "library_mtime": library_mtime,
+        "char_links": _char_links(root, facts.get("device_nodes") or []),
+        "cgroup_v2": os.path.isfile(_join(root, "/sys/fs/cgroup/cgroup.controllers")),
+    }
+
+
+# -- the checks ------------------------------------------------------------------------------------------------
+
+
+def _nvidia_gpus(facts: dict[str, t.Any], vfio: t.Iterable[str] = ()) -> list[dict[str, t.Any]]:
+    """GPUs meant for the nvidia driver: every GPU in the facts not listed as a passthrough device."""
+    wanted = set(vfio)
+    return [g for g in facts.get("gpus") or [] if not _listed(g, wanted)]
+
+
+def _listed(gpu: dict[str, t.Any], wanted: set[str]) -> bool:
+    return bool(wanted & {gpu.get("pci_bus_id"), gpu.get("pci_device_id"), gpu.get("uuid")} - {None})
+
+
+def _gpu_name(gpu: dict[str, t.Any]) -> str:
+    return "GPU %s (%s)" % (gpu.get("index") if gpu.get("index") is not None else "-", gpu.get("pci_bus_id"))
+
+
+def check_driver_loaded(facts: dict[str, t.Any], host: dict[str, t.Any], params: dict[str, t.Any]) -> dict[str, str]:
+    title = "nvidia kernel module loaded"
+    driver = facts.get("driver") or {}
+    gpus = _nvidia_gpus(facts, params["vfio_devices"])
+    if driver.get("kernel_module_loaded"):
+        return check("driver_loaded", title, OK, "nvidia %s is loaded (%s); facts state %s" % (
+            driver.get("kernel_module_version") or driver.get("version") or "?", driver.get("kernel_module_type") or "type unknown", facts.get("state")))
+    if not gpus and facts.get("gpus"):
+        return check("driver_loaded", title, OK, "every NVIDIA GPU is meant for passthrough (%s); the nvidia module is not needed" % ", ".join(
+            g["pci_bus_id"] for g in facts["gpus"]))
+    seen = "no NVIDIA GPU on the PCI bus" if not facts.get("present") else "%d NVIDIA GPU(s) on the PCI bus" % len(gpus)
+    return check(
+        "driver_loaded", title, FAIL,
+        "the nvidia kernel module is not loaded (/sys/module/nvidia absent); %s; facts state %s" % (seen, facts.get("state")),
+        "Install the driver (role gpuhost.nvidia.nvidia_driver), then `modprobe nvidia` or reboot; if modprobe fails, read "
+        "`dmesg | grep -i nvidia` (Secure Boot, a DKMS build without headers, or nouveau holding the GPU)",
+    )
+
+
+def check_driver_flavour(facts: dict[str, t.Any], host: dict[str, t.Any], params: dict[str, t.Any]) -> dict[str, str]:
+    title = "open vs proprietary module matches the GPUs"
+    module_type = (facts.get("driver") or {}).get("kernel_module_type")
+    gpus = [g for g in _nvidia_gpus(facts, params["vfio_devices"]) if g.get("architecture")]
+    if not gpus:
+        return check("driver_flavour", title, OK, "no NVIDIA GPU with a known architecture to match a module flavour to")
+    if module_type is None:
+        return check("driver_flavour", title, OK, "no nvidia module loaded or built for this kernel; nothing to match (see driver_loaded)")
+    archs = sorted({g["architecture"] for g in gpus})
+    if module_type == "open":
+        unsupported = [a for a in archs if _catalog.open_module_supported(a) is False]
+        if unsupported:
+            return check("driver_flavour", title, FAIL,
+                         "the open kernel module is installed but %s GPUs need the proprietary one" % ", ".join(unsupported),
+                         "Install the proprietary module (nvidia_driver_flavour: proprietary), then reboot")
+    else:
+        required = [a for a in archs if _catalog.open_module_required(a)]
+        if required:
+            return check("driver_flavour", title, FAIL,
+                         "the proprietary kernel module is installed but %s GPUs need the open one" % ", ".join(required),
+                         "Install the open module (nvidia_driver_flavour: open), then reboot")
+    return check("driver_flavour", title, OK, "%s module for %s GPU(s)" % (module_type, ", ".join(archs)))
+
+
+def check_nouveau(facts: dict[str, t.Any], host: dict[str, t.Any], params: dict[str, t.Any]) -> dict[str, str]:
+    title = "nouveau not loaded"
+    bound = [g["pci_bus_id"] for g in facts.get("gpus") or [] if g.get("bound_driver") == "nouveau"]
+    if host["nouveau_loaded"] or bound:
+        evidence = "nouveau is loaded (/sys/module/nouveau)" if host["nouveau_loaded"] else "nouveau is not loaded"
+        if bound:
+            evidence += "; bound to %s" % ", ".join(bound)
+        return check("nouveau", title, FAIL, evidence,
+                     "Blacklist nouveau (`blacklist nouveau` and `options nouveau modeset=0` in /etc/modprobe.d), rebuild the "
+                     "initramfs (update-initramfs -u / dracut -f), reboot; the nvidia_driver role does this")
+    return check("nouveau", title, OK, "nouveau is not loaded and binds no GPU")
+
+
+def check_cuda_version(facts: dict[str, t.Any], host: dict[str, t.Any], params: dict[str, t.Any]) -> dict[str, str]:
+    title = "driver CUDA version"
+    required = params.get("required_cuda")
+    have = (facts.get("driver") or {}).get("cuda_version")
+    if not required:
+        return check("cuda_version", title, OK, "no CUDA version required; the driver supports CUDA %s" % (have or "unknown"))
+    if not have:
+        return check("cuda_version", title, FAIL, "CUDA %s is required but the driver's CUDA version is unknown (no driver found)" % required,
+                     "Install a driver that supports CUDA %s (branch %s or newer)" % (required, _catalog.min_driver_for_cuda(required) or "?"))
+    if (version_tuple(have) or ()) < (version_tuple(required) or ()):
+        return check("cuda_version", title, FAIL,
+                     "the driver supports CUDA %s, older than the required %s" % (have, required),
+                     "Upgrade the driver to one that supports CUDA %s (%s or newer), or use a CUDA %s image (forward "
+                     "compatibility needs the cuda-compat package on data-center GPUs)" % (required, _catalog.min_driver_for_cuda(required) or "?", have))
+    return check("cuda_version", title, OK, "the driver supports CUDA %s; %s is required" % (have, required))
+
+
+def check_secure_boot(facts: dict[str, t.Any], host: dict[str, t.Any], params: dict[str, t.Any]) -> dict[str, str]:
+    title = "Secure Boot vs module signing"
+    state = host["secure_boot"]
+    if state is None:
+        return check("secure_boot", title, OK, "no UEFI Secure Boot variable (legacy boot or no efivars): unsigned modules load"
+                     if not host["efi"] else "UEFI, but the SecureBoot variable is unreadable; treated as off")
+    if not state:
+        return check("secure_boot", title, OK, "Secure Boot is off: unsigned modules load")
+    driver = facts.get("driver") or {}
+    if driver.get("kernel_module_loaded"):
+        return check("secure_boot", title, OK, "Secure Boot is on and the nvidia module is loaded, so its signature was accepted")
+    if host["module_path"] is None:
+        return check("secure_boot", title, WARN, "Secure Boot is on and no nvidia module is built for kernel %s" % host["kernel_release"],
+                     "Install the driver with DKMS signing set up (a Machine Owner Key enrolled with `mokutil --import`)")
+    if host["module_signed"] is False:
+        return check("secure_boot", title, FAIL,
+                     "Secure Boot is on and %s carries no signature, so the kernel refuses it" % host["module_path"],
+                     "Sign the module with an enrolled key: `mokutil --import /var/lib/dkms/mok.pub`, reboot to enroll it in "
+                     "the MOK manager, then rebuild with DKMS (which signs with that key); or disable Secure Boot")
+    return check("secure_boot", title, WARN,
+                 "Secure Boot is on, %s is %s, and the nvidia module is not loaded" % (
+                     host["module_path"], "signed" if host["module_signed"] else "compressed (signature not checked)"),
+                 "Check that the signing key is enrolled: `mokutil --list-enrolled`, and `dmesg | grep -i 'key was rejected'`")
+
+
+def check_device_nodes(facts: dict[str, t.Any], host: dict[str, t.Any], params: dict[str, t.Any]) -> dict[str, str]:
+    title = "/dev/nvidia* and /dev/nvidia-uvm present"
+    nodes = set(facts.get("device_nodes") or [])
+    expected = ["/dev/nvidiactl", "/dev/nvidia-uvm"] + [
+        "/dev/nvidia%d" % g["index"] for g in _nvidia_gpus(facts, params["vfio_devices"]) if g.get("index") is not None]
+    missing = [n for n in expected if n not in nodes]
+    if missing:
+        return check("device_nodes", title, FAIL,
+                     "missing %s (present: %s)" % (", ".join(missing), ", ".join(sorted(nodes)) or "none"),
+                     "Load the driver; /dev/nvidia-uvm comes from `modprobe nvidia-uvm` (or `nvidia-modprobe -u -c=0`); "
+                     "persistent nodes come from nvidia-persistenced or udev rules")
+    return check("device_nodes", title, OK, "present: %s" % ", ".join(sorted(nodes)))
+
+
+def _runtime_binary_problem(root: str, path: t.Any) -> str | None:
+    """Absolute paths must exist; a bare name is looked up in dockerd's PATH, which the doctor does not know."""
+    if not isinstance(path, str) or not path:
+        return "has no path"
+    if path.startswith("/") and not os.path.exists(_join(root, path)):
+        return "points at %s, which does not exist" % path
+    return None
+
+
+def check_docker_runtime(facts: dict[str, t.Any], host: dict[str, t.Any], params: dict[str, t.Any]) -> dict[str, str]:
+    title = "Docker runtime config (%s)" % params["docker_daemon_json"]
+    config = host["docker_daemon_json"]
+    name = params["runtime_name"]
+    fix_configure = "Run `nvidia-ctk runtime configure --runtime=docker` (role gpuhost.nvidia.nvidia_container_toolkit), then restart docker"
+    if not config["exists"]:
+        return check("docker_runtime", title, WARN, "%s does not exist: Docker knows no nvidia runtime" % config["path"], fix_configure)
+    try:
+        data = json.loads(config["text"]) if config["text"].strip() else {}
+    except ValueError as exc:
+        return check("docker_runtime", title, FAIL, "%s is not valid JSON: %s; dockerd will not start" % (config["path"], exc),
+                     "Fix the JSON syntax (python3 -m json.tool %s), then restart docker" % config["path"])
+    if not isinstance(data, dict):
+        return check("docker_runtime", title, FAIL, "%s is not a JSON object" % config["path"], "Make it a JSON object")
+    runtimes = data.get("runtimes") or {}
+    default = data.get("default-runtime")
+    cdi = (data.get("features") or {}).get("cdi")
+    if default and default not in ("runc", "io.containerd.runc.v2") and default not in runtimes:
+        return check("docker_runtime", title, FAIL, "default-runtime is %s, which runtimes does not define" % default,
+                     "Define runtimes.%s or remove default-runtime, then restart docker" % default)
+    if name not in runtimes:
+        if cdi:
+            return check("docker_runtime", title, OK, "no %s runtime, but CDI is enabled (features.cdi): use --device nvidia.com/gpu=all" % name)
+        return check("docker_runtime", title, WARN, "%s defines no %s runtime and CDI is not enabled" % (config["path"], name), fix_configure)
+    problem = _runtime_binary_problem(host.get("root", "/"), (runtimes[name] or {}).get("path"))
+    if problem:
+        return check("docker_runtime", title, FAIL, "runtimes.%s %s" % (name, problem), fix_configure)
+    return check("docker_runtime", title, OK, "runtimes.%s -> %s%s%s" % (
+        name, runtimes[name]["path"], "; default-runtime %s" % default if default else "", "; CDI enabled" if cdi else ""))
+
+
+def _dig(data: t.Any, keys: t.Iterable[str]) -> t.Any:
+    for key in keys:
+        if not isinstance(data, dict):
+            return None
+        data = data.get(key)
+    return data
+
+
+def check_containerd_runtime(facts: dict[str, t.Any], host: dict[str, t.Any], params: dict[str, t.Any]) -> dict[str, str]:
+    title = "containerd runtime config"
+    files = [f for f in [host["containerd_config"]] + host["containerd_dropins"] if f["exists"]]
+    name = params["runtime_name"]
+    if not files:
+        return check("containerd_runtime", title, OK, "no %s and no drop-ins in %s: containerd is not configured here" % (
+            params["containerd_config"], params["containerd_conf_dir"]))
+    if not HAS_TOMLLIB:
+        found = [f["path"] for f in files if re.search(r"runtimes\.[\"']?%s[\"']?\]" % re.escape(name), f["text"] or "")]
+        if found:
+            return check("containerd_runtime", title, OK, "runtime %s found in %s (not parsed: no tomllib)" % (name, ", ".join(found)))
+        return check("containerd_runtime", title, WARN, "no %s runtime in %s (not parsed: no tomllib)" % (name, ", ".join(f["path"] for f in files)),
+                     "Run `nvidia-ctk runtime configure --runtime=containerd`, then restart containerd")
+    found = []
+    for entry in files:
+        try:
+            data = tomllib.loads(entry["text"])
+        except (ValueError, TypeError) as exc:
+            return check("containerd_runtime", title, FAIL, "%s is not valid TOML: %s; containerd will not start" % (entry["path"], exc),
+                         "Fix the TOML syntax in %s, then restart containerd" % entry["path"])
+        for table in CONTAINERD_RUNTIME_TABLES:
+            runtime = _dig(data, table + (name,))
+            if isinstance(runtime, dict):
+                binary = _dig(runtime, ("options", "BinaryName"))
+                found.append("%s (%s%s)" % (entry["path"], ".".join(table[1:2]), ", BinaryName %s" % binary if binary else ""))
+    if not found:
+        imports = _dig(tomllib.loads(host["containerd_config"]["text"]), ("imports",)) if host["containerd_config"]["exists"] else None
+        return check("containerd_runtime", title, WARN,
+                     "no [...containerd.runtimes.%s] table in %s%s" % (name, ", ".join(f["path"] for f in files),
+                                                                        "; imports: %s" % imports if imports else ""),
+                     "Run `nvidia-ctk runtime configure --runtime=containerd` (it writes a drop-in and an imports line), then restart containerd")
+    return check("containerd_runtime", title, OK, "runtime %s in %s" % (name, "; ".join(found)))
+
+
+_CDI_KIND_RE = re.compile(r"""^\s*["']?kind["']?\s*:\s*["']?([^"',\s]+)""", re.M)
+_CDI_LIB_RE = re.compile(r"libnvidia-ml\.so\.(\d+\.\d+(?:\.\d+)?)")
+
+
+def check_cdi_spec(facts: dict[str, t.Any], host: dict[str, t.Any], params: dict[str, t.Any]) -> dict[str, str]:
+    title = "CDI spec present, fresh, not duplicated"
+    kind = params["cdi_kind"]
+    specs = [s for s in host["cdi_specs"] if kind in _CDI_KIND_RE.findall(s["text"] or "")]
+    fix_generate = "Regenerate it: `nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml` (or enable nvidia-cdi-refresh), after every driver change"
+    if not specs:
+        return check("cdi_spec", title, WARN, "no CDI spec for %s in %s" % (kind, ", ".join(params["cdi_dirs"])), fix_generate)
+    if len(specs) > 1:
+        return check("cdi_spec", title, FAIL,
+                     "%d specs define %s: %s; CDI refuses duplicate device names" % (len(specs), kind, ", ".join(s["path"] for s in specs)),
+                     "Keep one: remove the static /etc/cdi spec when nvidia-cdi-refresh writes /var/run/cdi, or the other way round")
+    spec = specs[0]
+    driver_version = (facts.get("driver") or {}).get("version")
+    versions = sorted(set(_CDI_LIB_RE.findall(spec["text"] or "")))
+    if driver_version and versions and driver_version not in versions:
+        return check("cdi_spec", title, FAIL, "%s names driver %s but the driver is %s" % (spec["path"], ", ".join(versions), driver_version), fix_generate)
+    if host["library_mtime"] is not None and spec["mtime"] is not None and spec["mtime"] < host["library_mtime"]:
+        return check("cdi_spec", title, WARN, "%s is older than the installed driver library" % spec["path"], fix_generate)
+    uuids = [g["uuid"] for g in _nvidia_gpus(facts, params["vfio_devices"]) if g.get("uuid")]
+    missing = [u for u in uuids if u not in (spec["text"] or "")]
+    if missing:
+        return check("cdi_spec", title, WARN, "%s does not name %s" % (spec["path"], ", ".join(missing)), fix_generate)
+    age = "no driver library to compare its age with" if host["library_mtime"] is None else "newer than the driver library"
+    return check("cdi_spec", title, OK, "%s (%s; driver %s)" % (spec["path"], age, ", ".join(versions) or "not named"))
+
+
+def check_persistence(facts: dict[str, t.Any], host: dict[str, t.Any], params: dict[str, t.Any]) -> dict[str, str]:
+    title = "persistence mode on"
+    gpus = [g for g in _nvidia_gpus(facts, params["vfio_devices"]) if g.get("persistence_mode") is not None]
+    off = [_gpu_name(g) for g in gpus if not g["persistence_mode"]]
+    if off:
+        return check("persistence", title, WARN, "persistence mode is off on %s" % ", ".join(off),
+                     "Enable nvidia-persistenced (role gpuhost.nvidia.gpu_settings, gpu_settings_persistence: true), or `nvidia-smi -pm 1`")
+    if not gpus:
+        return check("persistence", title, OK, "no GPU reports a persistence mode (none listed by NVML/nvidia-smi)")
+    return check("persistence", title, OK, "on for %d GPU(s)" % len(gpus))
+
+
+def check_bindings(facts: dict[str, t.Any], host: dict[str, t.Any], params: dict[str, t.Any]) -> dict[str, str]:
+    title = "GPUs bound as intended (nvidia / vfio-pci)"
+    wanted = set(params["vfio_devices"])
+    wrong = []
+    for gpu in facts.get("gpus") or []:
+        bound = gpu.get("bound_driver")
+        if _listed(gpu, wanted):
+            if bound != "vfio-pci":
+                wrong.append("%s is bound to %s, meant for vfio-pci" % (gpu["pci_bus_id"], bound or "no driver"))
+        elif bound not in ("nvidia",):
+            wrong.append("%s is bound to %s, meant for nvidia" % (gpu["pci_bus_id"], bound or "no driver"))
+    if wrong:
+        return check("bindings", title, FAIL, "; ".join(wrong),
+                     "Bind passthrough GPUs with role gpuhost.nvidia.vfio_passthrough (vfio-pci ids / addresses, initramfs, "
+                     "reboot) and list them in the doctor's vfio_devices; load the nvidia driver for the others")
+    gpus = facts.get("gpus") or []
+    if not gpus:
+        return check("bindings", title, OK, "no NVIDIA GPU on the PCI bus")
+    return check("bindings", title, OK, ", ".join("%s:%s" % (g["pci_bus_id"], g.get("bound_driver")) for g in gpus))
+
+
+def _health(gpu: dict[str, t.Any], key: str) -> t.Any:
+    return (gpu.get("health") or {}).get(key)
+
+
+def check_throttling(facts: dict[str, t.Any], host: dict[str, t.Any], params: dict[str, t.Any]) -> dict[str, str]:
+    title = "clock throttle reasons"
+    hard, soft, seen = [], [], 0
+    for gpu in _nvidia_gpus(facts, params["vfio_devices"]):
+        reasons = _health(gpu, "throttle_reasons")
+        if reasons is None:
+            continue
+        seen += 1
+        bad = [r for r in reasons if r not in BENIGN_THROTTLE]
+        if set(bad) & HARD_THROTTLE:
+            hard.append("%s: %s" % (_gpu_name(gpu), ", ".join(bad)))
+        elif bad:
+            soft.append("%s: %s" % (_gpu_name(gpu), ", ".join(bad)))
+    fix = ("Check cooling and airflow (`nvidia-smi -q -d TEMPERATURE,PERFORMANCE`), the power supply and power cables; "
+           "sw_power_cap means the power limit is reached (gpu_settings power limit)")
+    if hard:
+        return check("throttling", title, FAIL, "; ".join(hard + soft), fix)
+    if soft:
+        return check("throttling", title, WARN, "; ".join(soft), fix)
+    return check("throttling", title, OK, "no throttling on %d GPU(s)" % seen if seen else "no GPU reports throttle reasons (needs NVML and gather: [health])")
+
+
+def check_pcie_link(facts: dict[str, t.Any], host: dict[str, t.Any], params: dict[str, t.Any]) -> dict[str, str]:
+    title = "PCIe link generation and width"
+    narrow, slow, seen = [], [], 0
+    for gpu in _nvidia_gpus(facts, params["vfio_devices"]):
+        link = _health(gpu, "pcie") or {}
+        if link.get("width_current") is None or link.get("width_max") is None:
+            continue
+        seen += 1
+        if link["width_current"] < link["width_max"]:
+            narrow.append("%s: x%d of x%d" % (_gpu_name(gpu), link["width_current"], link["width_max"]))
+        idle = "gpu_idle" in (_health(gpu, "throttle_reasons") or [])
+        if link.get("gen_current") is not None and link.get("gen_max") is not None and link["gen_current"] < link["gen_max"] and not idle:
+            slow.append("%s: gen %d of %d under load" % (_gpu_name(gpu), link["gen_current"], link["gen_max"]))
+    if narrow or slow:
+        return check("pcie_link", title, WARN, "; ".join(narrow + slow),
+                     "Reseat the GPU or use a full-width slot, check riser cables and the BIOS PCIe settings (link speed, "
+                     "bifurcation); an idle GPU lowers its link generation on purpose")
+    return check("pcie_link", title, OK, "full width on %d GPU(s)" % seen if seen else "no GPU reports its PCIe link (needs NVML and gather: [health])")
+
+
+def check_ecc(facts: dict[str, t.Any], host: dict[str, t.Any], params: dict[str, t.Any]) -> dict[str, str]:
+    title = "ECC errors, retired pages, remapped rows"
+    fails, warns, seen = [], [], 0
+    for gpu in _nvidia_gpus(facts, params["vfio_devices"]):
+        name = _gpu_name(gpu)
+        errors = _health(gpu, "ecc_errors") or {}
+        pages = _health(gpu, "retired_pages") or {}
+        rows = _health(gpu, "remapped_rows")
+        if errors or pages or rows:
+            seen += 1
+        if (errors.get("uncorrected_volatile") or 0) > 0:
+            fails.append("%s: %d uncorrected ECC errors since boot" % (name, errors["uncorrected_volatile"]))
+        elif (errors.get("uncorrected_aggregate") or 0) > 0:
+            warns.append("%s: %d uncorrected ECC errors over its lifetime" % (name, errors["uncorrected_aggregate"]))
+        if (errors.get("corrected_volatile") or 0) >= params["ecc_corrected_warn"]:
+            warns.append("%s: %d corrected ECC errors since boot" % (name, errors["corrected_volatile"]))
+        if rows and rows.get("failure"):
+            fails.append("%s: row remapping failed (no spare rows left)" % name)
+        if rows and rows.get("pending"):
+            warns.append("%s: a row remap is pending until the GPU is reset" % name)
+        if pages.get("pending"):
+            warns.append("%s: a page retirement is pending until reboot" % name)
+        if (pages.get("double_bit") or 0) > 0:
+            warns.append("%s: %d pages retired for double-bit errors" % (name, pages["double_bit"]))
+    fix = ("Drain the GPU and reset it (`nvidia-smi -r`) or reboot to apply pending retirements/remaps; a GPU with a remap "
+           "failure or recurring uncorrected errors needs an RMA (field diagnostic: `dcgmi diag -r 3`)")
+    if fails:
+        return check("ecc", title, FAIL, "; ".join(fails + warns), fix)
+    if warns:
+        return check("ecc", title, WARN, "; ".join(warns), fix)
+    return check("ecc", title, OK, "no ECC problems on %d GPU(s)" % seen if seen else "no GPU reports ECC counters (needs NVML, ECC and gather: [health])")
+
+
+def check_nvml_cgroup(facts: dict[str, t.Any], host: dict[str, t.Any], params: dict[str, t.Any]) -> dict[str, str]:
+    """The "Failed to initialize NVML: Unknown Error" in containers after ``systemctl daemon-reload``.
+
+    With the systemd cgroup driver, a daemon-reload re-applies the containers' device rules and drops the GPU devices
+    that the NVIDIA hook added, unless /dev/char/MAJOR:MINOR links to the /dev/nvidia* nodes exist.
+    """
+    title = "NVML 'Unknown Error' after daemon-reload (cgroup device rules)"
+    links = host["char_links"]
+    if not links:
+        return check("nvml_cgroup", title, OK, "no /dev/nvidia* character devices: nothing for a daemon-reload to cut off")
+    missing = sorted("%s (%s)" % (node, info["dev"]) for node, info in links.items() if not info["char_link"])
+    daemon = host["docker_daemon_json"]
+    cgroupfs = False
+    if daemon["exists"]:
+        try:
+            opts = (json.loads(daemon["text"] or "{}") or {}).get("exec-opts") or []
+            cgroupfs = "native.cgroupdriver=cgroupfs" in opts
+        except ValueError:
+            cgroupfs = False
+    if missing and not cgroupfs:
+        return check("nvml_cgroup", title, WARN,
+                     "no /dev/char link for %s; with the systemd cgroup driver%s, `systemctl daemon-reload` makes running "
+                     "containers fail with \"Failed to initialize NVML: Unknown Error\"" % (
+                         ", ".join(missing), " on cgroup v2" if host["cgroup_v2"] else ""),
+                     "Create the links: `nvidia-ctk system create-dev-char-symlinks --create-all`, and keep them with the udev rule "
+                     "NVIDIA documents (ACTION==\"add\", DEVPATH==\"/bus/pci/drivers/nvidia\", RUN+=\"/usr/bin/nvidia-ctk system "
+                     "create-dev-char-symlinks --create-all\" in /lib/udev/rules.d/71-nvidia-dev-char.rules); or set "
+                     "\"exec-opts\": [\"native.cgroupdriver=cgroupfs\"] in daemon.json")
+    why = "Docker uses the cgroupfs driver" if cgroupfs and missing else "every /dev/nvidia* node has its /dev/char link"
+    return check("nvml_cgroup", title, OK, why)
+
+
+CHECKS: tuple[t.Callable[..., dict[str, str]], ...] = (
+    check_driver_loaded,
+    check_driver_flavour,
+    check_nouveau,
+    check_cuda_version,
+    check_secure_boot,
+    check_device_nodes,
+    check_docker_runtime,
+    check_containerd_runtime,
+    check_cdi_spec,
+    check_persistence,
+    check_bindings,
+    check_throttling,
+    check_pcie_link,
+    check_ecc,
+    check_nvml_cgroup,
+)
+CHECK_IDS = (
+    "driver_loaded", "driver_flavour", "nouveau", "cuda_version", "secure_boot", "device_nodes", "docker_runtime",
+    "containerd_runtime", "cdi_spec", "persistence", "bindings", "throttling", "pcie_link", "ecc", "nvml_cgroup",
+)
+
+
+def run_checks(facts: dict[str, t.Any], host: dict[str, t.Any], params: dict[str, t.Any], skip: t.Iterable[str] = ()) -> list[dict[str, str]]:
+    merged = dict(DEFAULTS)
+    merged.update({k: v for k, v in params.items() if v is not None})
+    skipped = set(skip)
+    return [c for c in (func(facts, host, merged) for func in CHECKS) if c["id"] not in skipped]
+
+
+def summary(checks: list[dict[str, str]]) -> dict[str, t.Any]:
+    counts = {s: sum(1 for c in checks if c["status"] == s) for s in STATUSES}
+    status = FAIL if counts[FAIL] else WARN if counts[WARN] else OK
+    return {"status": status, "counts": counts}
+
+
+def table(checks: list[dict[str, str]], width: int = 100) -> list[str]:
+    """A compact fixed-width table: status, check id, evidence (cut to fit); the fix on its own line when not ok."""
+    lines = ["%-4s  %-18s  %s" % ("STAT", "CHECK", "EVIDENCE")]
+    for item in checks:
+        evidence = item["evidence"]
+        room = max(20, width - 26)
+        lines.append("%-4s  %-18s  %s" % (item["status"].upper(), item["id"], evidence if len(evidence) <= room else evidence[: room - 3] + "..."))
+        if item["fix"]:
+            lines.append("%-4s  %-18s  fix: %s" % ("", "", item["fix"]))
+    return lines
+
+
+def markdown(hostname: str, checks: list[dict[str, str]]) -> str:
+    def cell(text: str) -> str:
+        return text.replace("|", "\\|").replace("\n", " ")
+
+    out = ["# GPU doctor: %s" % hostname, "", "| status | check | evidence | fix |", "|---|---|---|---|"]
+    out += ["| %s | %s | %s | %s |" % (c["status"], cell(c["title"]), cell(c["evidence"]), cell(c["fix"])) for c in checks]
+    return "\n".join(out) + "\n"

@@ -1,0 +1,222 @@
+#!/usr/bin/python
+# Copyright (c) gpuhost.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: nvidia_gpu_doctor
+short_description: Diagnose an NVIDIA GPU host from its GPU facts and runtime configuration
+version_added: 0.1.0
+description:
+  - Runs the usual troubleshooting steps of an NVIDIA GPU host as checks, each with a status (V(ok), V(warn) or
+    V(fail)), the evidence, and the fix.
+  - The GPU and driver state comes from O(facts), the output of M(gpuhost.nvidia.nvidia_gpu_facts), gathered with
+    C(gather: [health]) for the throttle, PCIe and ECC checks. The module runs no C(nvidia-smi) and no C(lspci).
+  - It reads only what the facts do not hold, under O(root) - C(/sys/module/nouveau), the UEFI C(SecureBoot)
+    variable, the C(nvidia.ko) built for the running kernel (its signature trailer), the Docker and containerd
+    configuration, the CDI specs, C(/dev/char) links and the cgroup version.
+  - "The checks: C(driver_loaded), C(driver_flavour) (open vs proprietary module for the GPUs' architecture),
+    C(nouveau), C(cuda_version) (against O(required_cuda)), C(secure_boot), C(device_nodes) (C(/dev/nvidiactl),
+    C(/dev/nvidiaN), C(/dev/nvidia-uvm)), C(docker_runtime), C(containerd_runtime), C(cdi_spec) (present, naming the
+    running driver, newer than the driver library, not duplicated), C(persistence), C(bindings) (nvidia vs vfio-pci,
+    see O(vfio_devices)), C(throttling), C(pcie_link), C(ecc) (errors, retired pages, remapped rows) and
+    C(nvml_cgroup) (the C(Failed to initialize NVML: Unknown Error) cause after C(systemctl daemon-reload))."
+  - The module changes nothing. It does not fail when a check fails; read RV(status) or RV(checks).
+author:
+  - gpuhost.nvidia developers (@gpuhost)
+attributes:
+  check_mode:
+    support: full
+    description: Reads only; check mode runs the same checks.
+  diff_mode:
+    support: none
+    description: Nothing is changed.
+  platform:
+    support: full
+    platforms: posix
+    description: Linux hosts.
+options:
+  facts:
+    description:
+      - The GPU facts, usually C({{ ansible_facts.nvidia_gpu }}) from M(gpuhost.nvidia.nvidia_gpu_facts) with
+        C(gather: [health]). Without the health group the throttle, PCIe and ECC checks report that nothing was read.
+    type: dict
+    required: true
+  required_cuda:
+    description: The CUDA version the host's workloads need, for example V(12.4). Unset, the check only reports.
+    type: str
+  vfio_devices:
+    description:
+      - The GPUs meant for passthrough, by PCI address (V(0000:65:00.0)), PCI device id (V(10de:2204)) or UUID. They
+        must be bound to vfio-pci; every other NVIDIA GPU must be bound to nvidia.
+    type: list
+    elements: str
+    default: []
+  docker_daemon_json:
+    description: Docker's daemon configuration.
+    type: path
+    default: /etc/docker/daemon.json
+  containerd_config:
+    description: containerd's main configuration.
+    type: path
+    default: /etc/containerd/config.toml
+  containerd_conf_dir:
+    description: containerd's drop-in directory (C(*.toml)), where C(nvidia-ctk runtime configure) writes.
+    type: path
+    default: /etc/containerd/conf.d
+  cdi_dirs:
+    description: The CDI spec directories.
+    type: list
+    elements: path
+    default: [/etc/cdi, /var/run/cdi]
+  cdi_kind:
+    description: The CDI vendor and class of the NVIDIA GPUs.
+    type: str
+    default: nvidia.com/gpu
+  runtime_name:
+    description: The name of the NVIDIA runtime in the Docker and containerd configuration.
+    type: str
+    default: nvidia
+  ecc_corrected_warn:
+    description: Warn from this many corrected (single-bit) ECC errors since boot.
+    type: int
+    default: 100
+  skip:
+    description: Check ids to leave out.
+    type: list
+    elements: str
+    default: []
+  root:
+    description: The host's root directory. Only tests change it.
+    type: path
+    default: /
+seealso:
+  - module: gpuhost.nvidia.nvidia_gpu_facts
+  - name: NVIDIA Container Toolkit troubleshooting
+    description: The NVML Unknown Error after daemon-reload and its workaround.
+    link: https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/latest/troubleshooting.html
+"""
+
+EXAMPLES = r"""
+- name: Gather the GPU facts with the health group
+  gpuhost.nvidia.nvidia_gpu_facts:
+    gather: [health]
+
+- name: Diagnose the host
+  gpuhost.nvidia.nvidia_gpu_doctor:
+    facts: "{{ ansible_facts.nvidia_gpu }}"
+    required_cuda: "12.4"
+  register: doctor
+
+- name: Show the report
+  ansible.builtin.debug:
+    msg: "{{ doctor.table }}"
+"""
+
+RETURN = r"""
+status:
+  description: The worst status of all checks.
+  returned: always
+  type: str
+  sample: warn
+counts:
+  description: How many checks ended in each status.
+  returned: always
+  type: dict
+  sample: {ok: 13, warn: 1, fail: 1}
+checks:
+  description: The checks, in a fixed order.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    id:
+      description: The check's id.
+      returned: always
+      type: str
+      sample: device_nodes
+    title:
+      description: What the check looks at.
+      returned: always
+      type: str
+      sample: /dev/nvidia* and /dev/nvidia-uvm present
+    status:
+      description: V(ok), V(warn) or V(fail).
+      returned: always
+      type: str
+      sample: fail
+    evidence:
+      description: What the check saw.
+      returned: always
+      type: str
+      sample: "missing /dev/nvidiactl, /dev/nvidia-uvm (present: none)"
+    fix:
+      description: What to do; empty when ok.
+      returned: always
+      type: str
+      sample: Load the driver
+table:
+  description: The report as a compact fixed-width table, one line per check and one per fix.
+  returned: always
+  type: list
+  elements: str
+  sample: ["STAT  CHECK               EVIDENCE", "OK    nouveau             nouveau is not loaded and binds no GPU"]
+markdown:
+  description: The report as a Markdown table, for tickets.
+  returned: always
+  type: str
+  sample: "# GPU doctor: gpu01\n\n| status | check | evidence | fix |\n..."
+"""
+
+import socket
+import typing as t
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _doctor
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec=dict(
+            facts=dict(type="dict", required=True),
+            required_cuda=dict(type="str"),
+            vfio_devices=dict(type="list", elements="str", default=[]),
+            docker_daemon_json=dict(type="path", default=_doctor.DEFAULTS["docker_daemon_json"]),
+            containerd_config=dict(type="path", default=_doctor.DEFAULTS["containerd_config"]),
+            containerd_conf_dir=dict(type="path", default=_doctor.DEFAULTS["containerd_conf_dir"]),
+            cdi_dirs=dict(type="list", elements="path", default=list(_doctor.DEFAULTS["cdi_dirs"])),
+            cdi_kind=dict(type="str", default=_doctor.DEFAULTS["cdi_kind"]),
+            runtime_name=dict(type="str", default=_doctor.DEFAULTS["runtime_name"]),
+            ecc_corrected_warn=dict(type="int", default=_doctor.DEFAULTS["ecc_corrected_warn"]),
+            skip=dict(type="list", elements="str", default=[]),
+            root=dict(type="path", default="/"),
+        ),
+        supports_check_mode=True,
+    )
+    params = module.params
+    unknown = sorted(set(params["skip"]) - set(_doctor.CHECK_IDS))
+    if unknown:
+        module.fail_json(msg="skip names unknown checks: %s; the checks are %s" % (", ".join(unknown), ", ".join(_doctor.CHECK_IDS)))
+    facts: dict[str, t.Any] = params["facts"]
+    if "gpus" not in facts or "driver" not in facts:
+        module.fail_json(msg="facts must be ansible_facts.nvidia_gpu from gpuhost.nvidia.nvidia_gpu_facts (no 'gpus'/'driver' keys)")
+    settings = {k: params[k] for k in _doctor.DEFAULTS}
+    host = _doctor.read_host(facts, settings, root=params["root"])
+    checks = _doctor.run_checks(facts, host, settings, skip=params["skip"])
+    result = _doctor.summary(checks)
+    hostname = socket.gethostname()
+    module.exit_json(
+        changed=False,
+        status=result["status"],
+        counts=result["counts"],
+        checks=checks,
+        table=_doctor.table(checks),
+        markdown=_doctor.markdown(hostname, checks),
+    )
+
+
+if __name__ == "__main__":
+    main()
