@@ -14,6 +14,7 @@ the user's other arguments and spacing survive and removal restores the text exa
 
 from __future__ import annotations
 
+import fnmatch
 import re
 import shlex
 import typing as t
@@ -214,7 +215,7 @@ def check_conflicts(facts: t.Mapping[str, t.Any], gpus: list[str], other_roles: 
     ``other_roles.nvidia_driver``: null when the driver role is not configured for this host, else a dict with
     ``passthrough_pci_addresses`` and ``passthrough_policy``: every target must be listed with policy ``exclude``.
     ``other_roles.gpu_settings_gpus``: ``gpu_settings_spec.gpus`` when set. V(all) is fine (NVML does not see
-    vfio-pci GPUs); an index, UUID or PCI address naming a target is a conflict.
+    vfio-pci GPUs); an index, UUID, PCI address or model name (shell wildcards) naming a target is a conflict.
     """
     errors = []
     driver = other_roles.get("nvidia_driver")
@@ -237,7 +238,8 @@ def check_conflicts(facts: t.Mapping[str, t.Any], gpus: list[str], other_roles: 
         if address not in gpus:
             continue
         keys = _gpu_keys(gpu)
-        hits = [s for s in selectors if s in keys or normalize_bus_id(s) == address]
+        name = str(gpu.get("name") or "")
+        hits = [s for s in selectors if s != "all" and (s in keys or normalize_bus_id(s) == address or (name and fnmatch.fnmatchcase(name, s)))]
         if hits:
             errors.append("gpu_settings_spec.gpus names %s (%s), which this play passes through to VMs: remove it there"
                           % (address, ", ".join(hits)))

@@ -178,6 +178,10 @@ def test_conflict_with_gpu_settings_selection(facts_for):
         plan = _vfio.plan({"pci_addresses": ["0000:01:00.0"], "other_roles": {"gpu_settings_gpus": [selector]}}, facts, INTEL)
         assert plan["errors"] == ["gpu_settings_spec.gpus names 0000:01:00.0 (%s), which this play passes through to VMs: "
                                   "remove it there" % selector]
+    facts["gpus"][0]["name"] = "NVIDIA GeForce RTX 3090"
+    plan = _vfio.plan({"pci_addresses": ["0000:01:00.0"], "other_roles": {"gpu_settings_gpus": ["*RTX 3090"]}}, facts, INTEL)
+    assert plan["errors"] == ["gpu_settings_spec.gpus names 0000:01:00.0 (*RTX 3090), which this play passes through to VMs: "
+                              "remove it there"]
     # "all" means the GPUs NVML sees, and NVML does not see vfio-pci GPUs.
     assert _vfio.plan({"pci_addresses": ["0000:01:00.0"], "other_roles": {"gpu_settings_gpus": ["all", "0000:02:00.0"]}},
                       facts, INTEL)["errors"] == []
