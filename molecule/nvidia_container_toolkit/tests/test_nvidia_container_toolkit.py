@@ -1,0 +1,188 @@
+"""Real state after the nvidia_container_toolkit role converged on Debian 12, emulated Rocky 9 and emulated Arch."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+import tomllib
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+from gpuhost_testinfra import run_playbook_json  # noqa: F401  pylint: disable=unused-import
+from gpuhost_testinfra import test_check_after_converge_changes_nothing, test_check_mode_predicted_converge  # noqa: F401
+
+PROJECT = Path(os.environ.get("MOLECULE_PROJECT_DIRECTORY", Path(__file__).resolve().parents[3]))
+SCENARIO = Path(__file__).resolve().parents[1]
+CDI_SCHEMA = Path("/work/shared/schemas/cdi-spec.json")
+DOCKERD = PROJECT / ".cache/dockerd-trixie/root/usr/sbin/dockerd"
+FAMILY = {"debian12": "debian12", "rocky9": "rocky9", "arch": "arch"}
+EXPECTED = {
+    # instance family: (package query, installed version, runtimes)
+    "debian12": ("1.17.8", ["docker", "containerd", "crio"]),
+    "rocky9": ("1.18.0", ["docker", "crio"]),
+    "arch": ("1.17.8", ["containerd"]),
+}
+RUNTIME = "/usr/bin/nvidia-container-runtime"
+
+
+def family(instance: str) -> str:
+    return instance.split("-")[1]
+
+
+def installed_version(host, fam: str, package: str) -> str | None:
+    if fam == "debian12":
+        out = host.run("dpkg-query -W -f '${Status} ${Version}' %s" % package)
+        return out.stdout.split()[-1] if out.rc == 0 and "install ok installed" in out.stdout else None
+    if fam == "rocky9":
+        out = host.run("rpm -q --qf '%%{VERSION}-%%{RELEASE}' %s" % package)
+    else:
+        out = host.run("pacman -Q %s" % package)
+        return out.stdout.split()[-1] if out.rc == 0 else None
+    return out.stdout.strip() if out.rc == 0 else None
+
+
+def test_toolkit_packages_at_the_expected_version(host, gpuhost_instance):
+    fam = family(gpuhost_instance)
+    version, _runtimes = EXPECTED[fam]
+    packages = (["nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvidia-container-tools", "libnvidia-container1"]
+                if fam != "arch" else ["nvidia-container-toolkit", "libnvidia-container"])
+    for package in packages:
+        assert installed_version(host, fam, package) == version + "-1", package
+    assert host.run("nvidia-ctk --version").stdout.startswith("NVIDIA Container Toolkit CLI version %s" % version)
+
+
+def test_repository_signed_by_the_pinned_key(host, gpuhost_instance):
+    fam = family(gpuhost_instance)
+    fingerprint = (PROJECT / ".cache/repos/current/key/fingerprint").read_text().strip()
+    if fam == "debian12":
+        sources = host.file("/etc/apt/sources.list.d/gpuhost-nvidia-container-toolkit.sources").content_string
+        assert "Signed-By: /etc/apt/keyrings/gpuhost-nvidia-container-toolkit.asc" in sources
+        assert "URIs: file:/srv/gpuhost-repos/apt/" in sources
+        keyring = "/etc/apt/keyrings/gpuhost-nvidia-container-toolkit.asc"
+        pin = host.file("/etc/apt/preferences.d/gpuhost-nvidia-container-toolkit.pref").content_string
+        assert "Pin: version 1.17.8-*" in pin and "Pin-Priority: 1001" in pin
+        # apt would pick 1.18.0 without the pin
+        assert "1.18.0-1" in host.run("apt-cache madison nvidia-container-toolkit").stdout
+    elif fam == "rocky9":
+        repo = host.file("/etc/yum.repos.d/gpuhost-nvidia-container-toolkit.repo").content_string
+        assert "repo_gpgcheck = 1" in repo and "gpgcheck = 1" in repo
+        assert "gpgkey = file:///etc/pki/rpm-gpg/RPM-GPG-KEY-gpuhost-nvidia-container-toolkit" in repo
+        keyring = "/etc/pki/rpm-gpg/RPM-GPG-KEY-gpuhost-nvidia-container-toolkit"
+    else:
+        assert not host.file("/etc/apt/sources.list.d/gpuhost-nvidia-container-toolkit.sources").exists
+        return
+    colons = host.run("gpg --batch --show-keys --with-colons %s" % keyring).stdout
+    assert [line.split(":")[9] for line in colons.splitlines() if line.startswith("fpr:")][:1] == [fingerprint]
+
+
+def test_daemon_json_keeps_other_keys(host, gpuhost_instance):
+    fam = family(gpuhost_instance)
+    if "docker" not in EXPECTED[fam][1]:
+        pytest.skip("docker is not configured on %s" % fam)
+    daemon = json.loads(host.file("/etc/docker/daemon.json").content_string)
+    assert daemon == {
+        "log-driver": "journald",
+        "registry-mirrors": ["https://mirror.gcr.io"],
+        "runtimes": {"crun": {"path": "/usr/bin/crun"}, "nvidia": {"path": RUNTIME}},
+        "features": {"cdi": True},
+    }
+    backups = host.run("ls /etc/docker/").stdout.split()
+    assert any(name.startswith("daemon.json.") and name.endswith("~") for name in backups), backups
+
+
+def test_daemon_json_validates_with_dockerd(host, gpuhost_instance):
+    if family(gpuhost_instance) != "debian12":
+        pytest.skip("dockerd validation runs once, on the Debian host")
+    assert DOCKERD.is_file(), f"{DOCKERD} is missing: prepare downloads Debian trixie's docker.io"
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
+        handle.write(host.file("/etc/docker/daemon.json").content_string)
+    proc = subprocess.run([str(DOCKERD), "--validate", "--config-file", handle.name], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0 and "configuration OK" in proc.stdout + proc.stderr, proc.stderr
+    # the validator is real: an unknown directive fails
+    Path(handle.name).write_text('{"nvidia-runtime": true}')
+    proc = subprocess.run([str(DOCKERD), "--validate", "--config-file", handle.name], capture_output=True, text=True, check=False)
+    assert proc.returncode != 0
+
+
+def test_containerd_config_dump_shows_the_merge(host, gpuhost_instance):
+    fam = family(gpuhost_instance)
+    if fam != "debian12":
+        if fam == "arch":  # no containerd binary: the created main config imports the drop-in
+            main = tomllib.loads(host.file("/etc/containerd/config.toml").content_string)
+            assert main == {"version": 2, "imports": ["/etc/containerd/conf.d/*.toml"]}
+            dropin = tomllib.loads(host.file("/etc/containerd/conf.d/99-nvidia.toml").content_string)
+            runtime = dropin["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]["nvidia"]
+            assert runtime == {"runtime_type": "io.containerd.runc.v2", "options": {"BinaryName": RUNTIME}}
+            return
+        pytest.skip("containerd is not configured on %s" % fam)
+    main_text = host.file("/etc/containerd/config.toml").content_string
+    assert main_text.startswith("# site containerd config\nversion = 2\n")
+    assert 'imports = ["/etc/containerd/site.toml", "/etc/containerd/conf.d/*.toml"]' in main_text
+    dump = host.run("containerd --config /etc/containerd/config.toml config dump")
+    assert dump.rc == 0, dump.stderr
+    merged = tomllib.loads(dump.stdout)
+    assert set(merged["imports"]) >= {"/etc/containerd/site.toml", "/etc/containerd/conf.d/99-nvidia.toml"}
+    assert merged["debug"]["level"] == "warn"
+    cri = merged["plugins"]["io.containerd.grpc.v1.cri"]
+    assert cri["sandbox_image"] == "registry.k8s.io/pause:3.9"
+    runtimes = cri["containerd"]["runtimes"]
+    assert runtimes["runc"]["options"]["SystemdCgroup"] is True
+    assert runtimes["nvidia"]["runtime_type"] == "io.containerd.runc.v2"
+    assert runtimes["nvidia"]["options"] == {"BinaryName": RUNTIME, "SystemdCgroup": True}
+    assert cri["containerd"]["default_runtime_name"] == "runc"
+
+
+def test_crio_dropin(host, gpuhost_instance):
+    if "crio" not in EXPECTED[family(gpuhost_instance)][1]:
+        pytest.skip("CRI-O is not configured here")
+    dropin = tomllib.loads(host.file("/etc/crio/crio.conf.d/99-nvidia.conf").content_string)
+    assert dropin == {"crio": {"runtime": {"runtimes": {"nvidia": {"runtime_path": RUNTIME, "runtime_type": "oci"}}}}}
+
+
+def test_cdi_spec_generated_valid_and_recorded(host, gpuhost_instance):
+    fam = family(gpuhost_instance)
+    spec_text = host.file("/etc/cdi/nvidia.yaml").content_string
+    spec = yaml.safe_load(spec_text)
+    strategy = "uuid" if fam == "rocky9" else "index"
+    assert f"device-name-strategy={strategy}" in spec_text  # the stub records the flag the role passed
+    if not CDI_SCHEMA.is_file():
+        pytest.skip(f"{CDI_SCHEMA} is absent: the CDI schema lives outside the repository")
+    schema = json.loads(CDI_SCHEMA.read_text())
+    resolver_base = CDI_SCHEMA.parent.as_uri() + "/"
+    jsonschema.validate(spec, schema, resolver=jsonschema.RefResolver(resolver_base, schema))
+    record = json.loads(host.file("/var/lib/gpuhost-nvidia/cdi-nvidia.json").content_string)
+    assert record["spec"] == "/etc/cdi/nvidia.yaml" and record["generated"] is True
+    assert record["generated_for"]["device_name_strategy"] == strategy
+    assert record["generated_for"]["toolkit_version"] == EXPECTED[fam][0]
+    assert not host.file("/var/run/cdi/nvidia.yaml").exists
+
+
+def test_node_labels_file(host, gpuhost_instance):
+    labels = dict(line.split("=", 1) for line in host.file("/etc/gpuhost-nvidia-node-labels").content_string.splitlines()
+                  if line and not line.startswith("#"))
+    assert labels["nvidia.com/gpu.present"] == "false"  # no GPU in the test containers
+    assert labels["nvidia.com/container-toolkit.version"] == EXPECTED[family(gpuhost_instance)][0]
+
+
+def test_bad_inputs_fail_before_any_change(host, gpuhost_instance):
+    if family(gpuhost_instance) != "debian12":
+        pytest.skip("the bad-input run targets the Debian host")
+    broken_before = host.file("/etc/docker/broken-daemon.json").content_string
+    result = run_playbook_json(str(SCENARIO / "bad_inputs.yml"))
+    changed = [task["task"]["name"] for play in result["plays"] for task in play["tasks"]
+               if task["hosts"].get(gpuhost_instance, {}).get("changed")]
+    assert changed == []
+    report = [task["hosts"][gpuhost_instance] for play in result["plays"] for task in play["tasks"]
+              if task["task"]["name"] == "Report the failures"][0]["__ntk_errors"]
+    assert "podman" in report["unknown_runtime"] and "docker, containerd, crio" in report["unknown_runtime"]
+    assert "/etc/docker/broken-daemon.json is not valid JSON" in report["invalid_json"]
+    assert "line 2 column 1" in report["invalid_json"] or "Expecting" in report["invalid_json"]
+    assert "1.16.2 is not in the apt repository" in report["missing_version"]
+    assert "offers 1.17.8, 1.18.0" in report["missing_version"]
+    assert "1.11.0 is too old for CDI" in report["cdi_too_old"]
+    assert host.file("/etc/docker/broken-daemon.json").content_string == broken_before
