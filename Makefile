@@ -75,7 +75,7 @@ build: venv
 molecule: venv images repos
 	tests/molecule/run.sh $(ROLE) $(DISTRO)
 
-test: venv
+test: venv deps
 	tests/run_tiers.sh
 
 demo: venv images

@@ -1,21 +1,26 @@
 """Shared testinfra helpers for the gpuhost.nvidia Molecule scenarios.
 
-Each scenario's tests/conftest.py does ``from gpuhost_testinfra import *``. The
-``host`` fixture talks to the scenario's podman containers through testinfra's
-fast ``podman://`` backend (about 1 s instead of 20 s for the ansible backend),
-``converge_in_check_mode`` re-runs the scenario's converge playbook with
-``--check`` and reports every task that would still change something, and
-``check_mode_predicts_converge`` runs prepare + converge in check mode and then for
-real on a fresh twin container, so a test can assert that check mode told the truth.
+Each scenario's tests/conftest.py imports ``host`` and ``pytest_generate_tests`` from here. The
+``host`` fixture talks to the scenario's podman containers through testinfra's fast ``podman://``
+backend. The scenarios' test_sequence runs converge.yml in check mode on the freshly prepared hosts,
+then converges for real, runs idempotence, and runs check mode once more; the test-only callback
+plugins/callback/gpuhost_record.py records what each of those runs changed. The two tests below read
+those records, so nothing is re-run just to look at it; a scenario's test module imports them:
+
+* ``test_check_mode_predicted_converge``: the first check run named exactly the tasks the first real
+  converge then changed (check mode told the truth on a fresh host);
+* ``test_check_after_converge_changes_nothing``: the check run after converge + idempotence found
+  nothing left to change.
+
+``run_playbook_json`` runs an extra playbook (bad inputs, say) with the JSON callback; such runs are
+not recorded.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
@@ -46,6 +51,7 @@ def run_playbook_json(playbook: str, *extra: str, limit: str | None = None, inve
     """Run a playbook with the JSON callback (default: against the scenario inventory) and return its result."""
     env = dict(os.environ)
     env["ANSIBLE_STDOUT_CALLBACK"] = "ansible.builtin.json"
+    env["GPUHOST_RECORD_RUNS"] = "0"
     cmd = ["ansible-playbook", "-i", inventory or os.environ["MOLECULE_INVENTORY_FILE"], playbook, *extra]
     if limit:
         cmd += ["--limit", limit]
@@ -67,22 +73,6 @@ def changed_tasks(result: dict, hostname: str) -> list[str]:
     return names
 
 
-@functools.cache
-def scenario_check_run() -> dict:
-    """The scenario's converge.yml in check mode, run once for all its hosts (the JSON callback's result)."""
-    return run_playbook_json(str(Path(os.environ["MOLECULE_SCENARIO_DIRECTORY"]) / "converge.yml"), "--check", "--diff")
-
-
-def converge_in_check_mode(hostname: str) -> tuple[dict, list[str]]:
-    """Run converge.yml with --check --diff; return the host's stats and the tasks that would change."""
-    playbook = str(Path(os.environ["MOLECULE_SCENARIO_DIRECTORY"]) / "converge.yml")
-    result = run_playbook_json(playbook, "--check", "--diff", limit=hostname)
-    stats = result.get("stats", {}).get(hostname)
-    if stats is None:
-        raise AssertionError(f"check-mode converge produced no stats for {hostname}: {result.get('stats')}")
-    return stats, changed_tasks(result, hostname)
-
-
 def wait_for_systemd(name: str) -> None:
     """Wait until systemd in container ``name`` has finished booting."""
     for _attempt in range(60):
@@ -93,33 +83,44 @@ def wait_for_systemd(name: str) -> None:
     raise AssertionError(f"systemd in {name} did not finish booting")
 
 
-def check_mode_predicts_converge(instance: str) -> tuple[list[str], list[str]]:
-    """On a fresh twin of ``instance``: run prepare.yml, then converge.yml in check mode, then for real.
+def recorded_runs() -> list[dict]:
+    """The records gpuhost_record wrote for this scenario's ansible-playbook runs, oldest first."""
+    runs = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "gpuhost-runs"
+    records = [json.loads(path.read_text(encoding="utf-8")) for path in sorted(runs.glob("*.json"))]
+    if not records:
+        raise AssertionError(f"no recorded runs under {runs}: is the gpuhost_record callback enabled?")
+    return records
 
-    Returns (tasks check mode said would change, tasks the real run changed). A role whose
-    check mode tells the truth gives two equal lists.
-    """
-    image = subprocess.run(["podman", "inspect", "--format", "{{.ImageName}}", instance], capture_output=True, text=True, check=True).stdout.strip()
-    twin = f"{instance}-predict"
-    scenario = Path(os.environ["MOLECULE_SCENARIO_DIRECTORY"])
-    subprocess.run(["podman", "rm", "-f", twin], capture_output=True, check=False)
-    subprocess.run(["podman", "run", "-d", "--name", twin, "--hostname", twin, "--systemd=always", image, "/sbin/init"], capture_output=True, check=True)
-    try:
-        wait_for_systemd(twin)
-        with tempfile.NamedTemporaryFile("w", suffix=".yml", delete=False) as inv:
-            yaml.safe_dump({"all": {"hosts": {twin: {"ansible_connection": "containers.podman.podman",
-                                                     "ansible_python_interpreter": "/usr/bin/python3"}}}}, inv)
-        try:
-            if (scenario / "prepare.yml").is_file():
-                prepared = run_playbook_json(str(scenario / "prepare.yml"), inventory=inv.name)
-                assert prepared["stats"][twin]["failures"] == 0, prepared["stats"]
-            check = run_playbook_json(str(scenario / "converge.yml"), "--check", inventory=inv.name)
-            real = run_playbook_json(str(scenario / "converge.yml"), inventory=inv.name)
-        finally:
-            os.unlink(inv.name)
-        for label, result in (("check-mode", check), ("real", real)):
-            stats = result["stats"][twin]
-            assert stats["failures"] == 0 and stats["unreachable"] == 0, f"{label} converge on a fresh host failed: {stats}"
-        return changed_tasks(check, twin), changed_tasks(real, twin)
-    finally:
-        subprocess.run(["podman", "rm", "-f", twin], capture_output=True, check=False)
+
+def _converge_runs(hostname: str) -> list[dict]:
+    """Recorded runs of converge.yml that included ``hostname``, oldest first."""
+    converge = Path(os.environ["MOLECULE_SCENARIO_DIRECTORY"]) / "converge.yml"
+    return [run for run in recorded_runs()
+            if Path(run["playbook"]).resolve() == converge.resolve() and hostname in run["changed"]]
+
+
+def test_check_mode_predicted_converge(gpuhost_instance: str) -> None:
+    """On the fresh host, check mode named exactly the tasks that the first real converge changed."""
+    runs = _converge_runs(gpuhost_instance)
+    kinds = ["check" if run["check"] else "real" for run in runs]
+    assert kinds[:2] == ["check", "real"], (
+        f"expected a check-mode converge before the first real one for {gpuhost_instance}, got {kinds}: "
+        "the scenario's test_sequence must run `check` right after `prepare`")
+    predicted, converged = runs[0], runs[1]
+    for label, run in (("check-mode", predicted), ("first", converged)):
+        assert not run["failed"].get(gpuhost_instance), f"{label} converge failed: {run['failed'][gpuhost_instance]}"
+    assert converged["changed"][gpuhost_instance], "the first converge changed nothing: is the role doing anything?"
+    assert predicted["changed"][gpuhost_instance] == converged["changed"][gpuhost_instance]
+
+
+def test_check_after_converge_changes_nothing(gpuhost_instance: str) -> None:
+    """After converge and idempotence, check mode finds nothing left to change."""
+    runs = _converge_runs(gpuhost_instance)
+    real = [index for index, run in enumerate(runs) if not run["check"]]
+    later_checks = [run for run in runs[real[-1] + 1:] if run["check"]] if real else []
+    assert later_checks, (
+        f"no check-mode converge after the real ones for {gpuhost_instance}: "
+        "the scenario's test_sequence must run `check` after `idempotence`")
+    last = later_checks[-1]
+    assert not last["failed"].get(gpuhost_instance), f"check mode after converge failed: {last['failed'][gpuhost_instance]}"
+    assert last["changed"][gpuhost_instance] == []

@@ -37,10 +37,12 @@ for platform in platforms:
 PY
 }
 
+# Longest first, so that the last scenario to start is a short one (the others follow in name order).
+LONGEST_FIRST=(site nvidia_driver nvidia_container_toolkit gpu_settings vfio_passthrough gpu_doctor repos gpu_compose)
 scenarios=()
-for dir in molecule/*/; do
-    name=$(basename "$dir")
-    [[ -f "$dir/molecule.yml" ]] || continue
+for name in "${LONGEST_FIRST[@]}" $(find molecule -mindepth 2 -maxdepth 2 -name molecule.yml -printf '%h\n' | sed 's|molecule/||' | sort); do
+    [[ -f "molecule/$name/molecule.yml" ]] || continue
+    [[ " ${scenarios[*]} " == *" $name "* ]] && continue
     [[ -z "$want" || "$want" == "$name" ]] && scenarios+=("$name")
 done
 if [[ ${#scenarios[@]} -eq 0 ]]; then

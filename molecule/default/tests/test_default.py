@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from gpuhost_testinfra import check_mode_predicts_converge, converge_in_check_mode
+from gpuhost_testinfra import test_check_after_converge_changes_nothing, test_check_mode_predicted_converge  # noqa: F401
 
 
 def test_state_dir_is_root_owned(host):
@@ -26,16 +26,3 @@ def test_facts_file_reports_debian12_under_systemd(host):
 
 def test_systemd_is_pid1(host):
     assert host.file("/proc/1/comm").content_string.strip() == "systemd"
-
-
-def test_check_mode_after_converge_changes_nothing(host, gpuhost_instance):
-    stats, would_change = converge_in_check_mode(gpuhost_instance)
-    assert stats["failures"] == 0 and stats["unreachable"] == 0, stats
-    assert would_change == [], f"check mode after converge would still change: {would_change}"
-    assert stats["changed"] == 0, stats
-
-
-def test_check_mode_on_a_fresh_host_predicts_the_real_converge(gpuhost_instance):
-    predicted, changed = check_mode_predicts_converge(gpuhost_instance)
-    assert changed, "the first real converge on a fresh host changed nothing: the scenario proves nothing"
-    assert predicted == changed

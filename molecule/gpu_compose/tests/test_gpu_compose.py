@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from gpuhost_testinfra import changed_tasks, scenario_check_run
+from gpuhost_testinfra import test_check_after_converge_changes_nothing, test_check_mode_predicted_converge  # noqa: F401
 
 H0 = "GPU-3f1c2a51-0a6e-4b6b-9a55-2d4ac6f0e001"
 H1 = "GPU-8b0e6c1d-51f4-4a54-8d2e-0c9f3e7b4002"
@@ -116,11 +116,3 @@ def test_docker_compose_merges_the_project_and_keeps_the_reservation(host, famil
 def test_no_temporary_files_left(host):
     leftovers = host.run("find /srv -name '.*.tmp'").stdout.split()
     assert leftovers == []
-
-
-def test_check_mode_after_converge_changes_nothing(gpuhost_instance):
-    stats = scenario_check_run()["stats"][gpuhost_instance]
-    would_change = changed_tasks(scenario_check_run(), gpuhost_instance)
-    assert stats["failures"] == 0 and stats["unreachable"] == 0, stats
-    assert would_change == [], f"check mode after converge would still change: {would_change}"
-    assert stats["changed"] == 0, stats

@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from gpuhost_testinfra import changed_tasks, scenario_check_run
+from gpuhost_testinfra import test_check_after_converge_changes_nothing, test_check_mode_predicted_converge  # noqa: F401
 
 SPEC = "/etc/gpuhost/gpu_settings.json"
 SCRIPT = "/usr/local/libexec/gpuhost/gpu-settings"
@@ -177,11 +177,3 @@ def test_settings_module_reported_the_host_state_without_failing(host):
     assert result["skipped"] is True
     assert "failed" not in result or result["failed"] is False
     assert (result["gpus"], result["reboot_required"], result["reset_required"], result["applied"]) == ([], False, False, [])
-
-
-def test_check_mode_after_converge_changes_nothing(gpuhost_instance):
-    stats = scenario_check_run()["stats"][gpuhost_instance]
-    would_change = changed_tasks(scenario_check_run(), gpuhost_instance)
-    assert stats["failures"] == 0 and stats["unreachable"] == 0, stats
-    assert would_change == [], f"check mode after converge would still change: {would_change}"
-    assert stats["changed"] == 0, stats

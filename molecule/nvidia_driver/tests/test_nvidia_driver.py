@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpuhost_testinfra import changed_tasks, check_mode_predicts_converge, run_playbook_json, wait_for_systemd
+from gpuhost_testinfra import changed_tasks, run_playbook_json, wait_for_systemd
+from gpuhost_testinfra import test_check_after_converge_changes_nothing, test_check_mode_predicted_converge  # noqa: F401
 
 SCENARIO = Path(os.environ.get("MOLECULE_SCENARIO_DIRECTORY", Path(__file__).resolve().parent.parent))
 REPOS = SCENARIO.parent.parent / ".cache" / "repos" / "current"
@@ -145,39 +146,6 @@ def test_reboot_required_fact_and_report(runs, case):
     assert "nvidia_driver: already installed: " in "\n".join(second["report"])
 
 
-@pytest.fixture(scope="module")
-def check_after_converge():
-    """converge.yml in check mode once for every instance (the scenario's sequence has no separate `check` step)."""
-    result = run_playbook_json(str(SCENARIO / "converge.yml"), "--check", "--diff")
-    return result
-
-
-def test_check_mode_after_converge_changes_nothing(check_after_converge, gpuhost_instance):
-    stats = check_after_converge["stats"][gpuhost_instance]
-    assert stats["failures"] == 0 and stats["unreachable"] == 0, stats
-    would_change = changed_tasks(check_after_converge, gpuhost_instance)
-    assert would_change == [], f"check mode after converge would still change: {would_change}"
-
-
-PREDICTED = ["debian12-open", "rocky9", "arch"]
-
-
-@pytest.fixture(scope="module")
-def predictions():
-    """check_mode_predicts_converge on fresh twins of three instances, run side by side."""
-    with concurrent.futures.ThreadPoolExecutor(max_workers=len(PREDICTED)) as pool:
-        futures = {case: pool.submit(check_mode_predicts_converge, PREFIX + case) for case in PREDICTED}
-        return {case: future.result() for case, future in futures.items()}
-
-
-def test_check_mode_on_a_fresh_host_predicts_the_real_converge(predictions, case):
-    if case not in PREDICTED:
-        pytest.skip("same code path as debian12-open; one Debian twin keeps the scenario's runtime down")
-    predicted, changed = predictions[case]
-    assert changed, "the first real converge on a fresh host changed nothing: the scenario proves nothing"
-    assert predicted == changed
-
-
 def _fresh_host(image: str, name: str) -> None:
     subprocess.run(["podman", "rm", "-f", name], capture_output=True, check=False)
     subprocess.run(["podman", "run", "-d", "--name", name, "--hostname", name, "--systemd=always", image, "/sbin/init"],
@@ -212,7 +180,7 @@ def bad_runs():
         subprocess.run(["podman", "exec", names["rogue_key"], "mkdir", "-p", "/srv/gpuhost-repos"], check=True)
         subprocess.run(["podman", "cp", str(REPOS.resolve() / "rogue"), f"{names['rogue_key']}:/srv/gpuhost-repos/rogue"], check=True)
         with tempfile.NamedTemporaryFile("w", suffix=".yml", delete=False) as inv:
-            yaml.safe_dump({"all": {"hosts": {names[bad]: {"bad_case": bad, "ansible_connection": "containers.podman.podman",
+            yaml.safe_dump({"all": {"hosts": {names[bad]: {"bad_case": bad, "ansible_connection": "gpuhost_podman",
                                                            "ansible_python_interpreter": "/usr/bin/python3"} for bad in BAD}}}, inv)
         try:
             result = run_playbook_json(str(SCENARIO / "bad_inputs.yml"), inventory=inv.name)

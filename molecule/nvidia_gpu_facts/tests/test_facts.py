@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from gpuhost_testinfra import check_mode_predicts_converge, converge_in_check_mode
+from gpuhost_testinfra import test_check_after_converge_changes_nothing, test_check_mode_predicted_converge  # noqa: F401
 
 
 @pytest.fixture(scope="module")
@@ -77,15 +77,3 @@ def test_container_without_nvidia_pci_function_reports_no_gpu(recorded):
 
 def test_facts_module_changed_nothing(recorded):
     assert recorded["changed"] == [False, False]
-
-
-def test_check_mode_after_converge_changes_nothing(host, gpuhost_instance):
-    stats, would_change = converge_in_check_mode(gpuhost_instance)
-    assert stats["failures"] == 0 and stats["unreachable"] == 0, stats
-    assert would_change == [], f"check mode after converge would still change: {would_change}"
-
-
-def test_check_mode_on_a_fresh_host_predicts_the_real_converge(gpuhost_instance):
-    predicted, changed = check_mode_predicts_converge(gpuhost_instance)
-    assert changed == ["Keep both results for the verifier"]
-    assert predicted == changed

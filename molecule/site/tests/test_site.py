@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpuhost_testinfra import changed_tasks, run_playbook_json
+from gpuhost_testinfra import recorded_runs
+from gpuhost_testinfra import test_check_after_converge_changes_nothing, test_check_mode_predicted_converge  # noqa: F401
 
 SUMMARIES = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", ".")) / "summaries"
 UUID = "GPU-3f1c2a51-0a6e-4b6b-9a55-2d4ac6f0e001"
@@ -47,7 +48,7 @@ def family(gpuhost_instance: str) -> str:
 
 @functools.cache
 def written_summaries() -> dict[str, str]:
-    """Every host's summary as the last run (idempotence) wrote it, read once before check mode rewrites them."""
+    """Every host's summary as the last run (the check run after idempotence) wrote it."""
     return {path.stem: path.read_text(encoding="utf-8") for path in SUMMARIES.glob("*.txt")}
 
 
@@ -62,13 +63,6 @@ def summary(summary_text: str) -> list[str]:
     return summary_text.splitlines()
 
 
-@functools.cache
-def check_run() -> dict:
-    """site.yml in check mode once for every host (the JSON callback's result)."""
-    playbook = str(Path(os.environ["MOLECULE_SCENARIO_DIRECTORY"]) / "converge.yml")
-    return run_playbook_json(playbook, "--check", "--diff")
-
-
 def test_summary_file_says_what_each_role_did(summary, gpuhost_instance, family):
     text = "\n".join(summary)
     assert summary[0] == f"gpuhost.nvidia summary: {gpuhost_instance}"
@@ -76,7 +70,7 @@ def test_summary_file_says_what_each_role_did(summary, gpuhost_instance, family)
     assert "skipped, no NVIDIA GPU" not in text  # nvidia_driver_force took effect
     assert ("gpu_settings: nvidia-persistenced.service enabled with persistence mode on; gpuhost-gpu-settings.service "
             "re-applies /etc/gpuhost/gpu_settings.json at boot; settings not applied:") in " ".join(line.strip() for line in summary)
-    # The summary a re-run wrote: the override was already in place.
+    # The summary the last run wrote: the override was already in place.
     assert "- gpu_compose: override /srv/gpu-demo/docker-compose.gpu.yml (unchanged)" in text
     assert "facts      state=no_gpu" in text
     assert "GPUs       none: this host has no NVIDIA display/3D PCI function" in text
@@ -91,20 +85,17 @@ def test_summary_names_what_the_driver_role_did(summary):
     assert any(line.strip().lstrip("- ").startswith("nvidia_driver: ") for line in summary), summary
 
 
-def test_check_mode_after_converge_changes_nothing(gpuhost_instance):
-    result = check_run()
-    stats = result["stats"][gpuhost_instance]
-    assert stats["failures"] == 0 and stats["unreachable"] == 0, stats
-    assert changed_tasks(result, gpuhost_instance) == []
-    assert stats["changed"] == 0, stats
+def printed_summaries(gpuhost_instance: str) -> list[tuple[bool, list[str]]]:
+    """(check mode?, the summary printed) for every recorded run of site.yml on this host, oldest first."""
+    return [(run["check"], entry["msg"]) for run in recorded_runs() for entry in run["printed"].get(gpuhost_instance, [])
+            if entry["task"] == "Show the summary"]
 
 
 def test_printed_summary_is_the_written_one(gpuhost_instance, summary_text):
-    """What check mode printed equals what the idempotence run wrote (both found everything in place)."""
-    printed = [task["hosts"][gpuhost_instance]["msg"] for play in check_run()["plays"] for task in play["tasks"]
-               if task["task"]["name"] == "Show the summary" and gpuhost_instance in task["hosts"]]
-    assert len(printed) == 1
-    assert printed[0] == summary_text.split("\n")
+    """The idempotence run printed what the last check run printed and wrote (both found everything in place)."""
+    printed = printed_summaries(gpuhost_instance)
+    assert [check for check, _msg in printed] == [True, False, False, True], printed
+    assert printed[2][1] == printed[3][1] == summary_text.split("\n")
 
 
 def test_driver_packages_are_installed(host, family):
