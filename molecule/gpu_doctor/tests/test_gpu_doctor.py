@@ -36,7 +36,7 @@ def test_doctor_markdown_report(gpuhost_instance):
 def test_host_is_as_converge_left_it(host):
     daemon = json.loads(host.file("/etc/docker/daemon.json").content_string)
     assert daemon["runtimes"]["nvidia"]["path"] == "nvidia-container-runtime"
-    assert host.exists("nvidia-smi") is False  # no second detection path and no driver on the host
+    assert host.exists("nvidia-smi") is False  # no driver on the host: the facts say no_gpu
     assert host.package("python3-docker").is_installed
 
 
