@@ -13,7 +13,7 @@ description:
   - Runs the usual troubleshooting steps of an NVIDIA GPU host as checks, each with a status (V(ok), V(warn) or
     V(fail)), the evidence, and the fix.
   - The GPU and driver state comes from O(facts), the output of M(gpuhost.nvidia.nvidia_gpu_facts), gathered with
-    C(gather: [health]) for the throttle, PCIe and ECC checks. The module runs no C(nvidia-smi) and no C(lspci).
+    C(gather=[health]) for the throttle, PCIe and ECC checks. The module runs no C(nvidia-smi) and no C(lspci).
   - It reads only what the facts do not hold, under O(root) - C(/sys/module/nouveau), the UEFI C(SecureBoot)
     variable, the C(nvidia.ko) built for the running kernel (its signature trailer), the Docker and containerd
     configuration, the CDI specs, C(/dev/char) links and the cgroup version.
@@ -41,7 +41,7 @@ options:
   facts:
     description:
       - The GPU facts, usually C({{ ansible_facts.nvidia_gpu }}) from M(gpuhost.nvidia.nvidia_gpu_facts) with
-        C(gather: [health]). Without the health group the throttle, PCIe and ECC checks report that nothing was read.
+        C(gather=[health]). Without the health group the throttle, PCIe and ECC checks report that nothing was read.
     type: dict
     required: true
   required_cuda:
