@@ -375,9 +375,9 @@ def check_containerd_runtime(facts: dict[str, t.Any], host: dict[str, t.Any], pa
                 found.append("%s (%s%s)" % (entry["path"], ".".join(table[1:2]), ", BinaryName %s" % binary if binary else ""))
     if not found:
         imports = _dig(tomllib.loads(host["containerd_config"]["text"]), ("imports",)) if host["containerd_config"]["exists"] else None
+        where = ", ".join(f["path"] for f in files)
         return check("containerd_runtime", title, WARN,
-                     "no [...containerd.runtimes.%s] table in %s%s" % (name, ", ".join(f["path"] for f in files),
-                                                                        "; imports: %s" % imports if imports else ""),
+                     "no [...containerd.runtimes.%s] table in %s%s" % (name, where, "; imports: %s" % imports if imports else ""),
                      "Run `nvidia-ctk runtime configure --runtime=containerd` (it writes a drop-in and an imports line), then restart containerd")
     return check("containerd_runtime", title, OK, "runtime %s in %s" % (name, "; ".join(found)))
 

@@ -181,7 +181,8 @@ def test_secure_boot_unsigned_module(tmp_path: t.Any) -> None:
     _secure_boot(root, True)
     check = run(root, gather(root, profile))["secure_boot"]
     assert check["status"] == "fail"
-    assert check["evidence"] == "Secure Boot is on and /lib/modules/%s/updates/dkms/nvidia.ko carries no signature, so the kernel refuses it" % sysfs.KERNEL_RELEASE
+    assert check["evidence"] == (
+        "Secure Boot is on and /lib/modules/%s/updates/dkms/nvidia.ko carries no signature, so the kernel refuses it" % sysfs.KERNEL_RELEASE)
     assert "mokutil --import" in check["fix"]
     module = os.path.join(root, "lib/modules", sysfs.KERNEL_RELEASE, "updates/dkms/nvidia.ko")
     with open(module, "ab") as handle:
@@ -211,12 +212,15 @@ def test_missing_uvm_node(healthy: tuple[str, dict[str, t.Any]]) -> None:
     "content, status, evidence, fix",
     [
         (None, "warn", "/etc/docker/daemon.json does not exist: Docker knows no nvidia runtime", "nvidia-ctk runtime configure --runtime=docker"),
-        ("{not json", "fail", "/etc/docker/daemon.json is not valid JSON: Expecting property name enclosed in double quotes: line 1 column 2 (char 1); dockerd will not start", "python3 -m json.tool"),
+        ("{not json", "fail", "/etc/docker/daemon.json is not valid JSON: Expecting property name enclosed in double quotes: "
+         "line 1 column 2 (char 1); dockerd will not start", "python3 -m json.tool"),
         ('{"default-runtime": "nvidia"}', "fail", "default-runtime is nvidia, which runtimes does not define", "Define runtimes.nvidia"),
         ('{"log-driver": "json-file"}', "warn", "/etc/docker/daemon.json defines no nvidia runtime and CDI is not enabled", "nvidia-ctk runtime configure"),
         ('{"features": {"cdi": true}}', "ok", "no nvidia runtime, but CDI is enabled (features.cdi): use --device nvidia.com/gpu=all", ""),
-        ('{"runtimes": {"nvidia": {"path": "/usr/bin/nvidia-container-runtime"}}}', "fail", "runtimes.nvidia points at /usr/bin/nvidia-container-runtime, which does not exist", "restart docker"),
-        ('{"runtimes": {"nvidia": {"path": "nvidia-container-runtime"}}, "default-runtime": "nvidia"}', "ok", "runtimes.nvidia -> nvidia-container-runtime; default-runtime nvidia", ""),
+        ('{"runtimes": {"nvidia": {"path": "/usr/bin/nvidia-container-runtime"}}}', "fail",
+         "runtimes.nvidia points at /usr/bin/nvidia-container-runtime, which does not exist", "restart docker"),
+        ('{"runtimes": {"nvidia": {"path": "nvidia-container-runtime"}}, "default-runtime": "nvidia"}', "ok",
+         "runtimes.nvidia -> nvidia-container-runtime; default-runtime nvidia", ""),
     ],
 )
 def test_docker_runtime(healthy: tuple[str, dict[str, t.Any]], content: str | None, status: str, evidence: str, fix: str) -> None:
@@ -236,9 +240,11 @@ def test_containerd_runtime(healthy: tuple[str, dict[str, t.Any]]) -> None:
     check = run(root, facts)["containerd_runtime"]
     assert check["status"] == "warn"
     assert check["evidence"] == "no [...containerd.runtimes.nvidia] table in /etc/containerd/config.toml; imports: ['/etc/containerd/conf.d/*.toml']"
-    write(root, "/etc/containerd/conf.d/99-nvidia.toml", 'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]\nBinaryName = "/usr/bin/nvidia-container-runtime"\n')
+    write(root, "/etc/containerd/conf.d/99-nvidia.toml",
+          'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]\nBinaryName = "/usr/bin/nvidia-container-runtime"\n')
     check = run(root, facts)["containerd_runtime"]
-    assert check["status"] == "ok" and "/etc/containerd/conf.d/99-nvidia.toml (io.containerd.grpc.v1.cri, BinaryName /usr/bin/nvidia-container-runtime)" in check["evidence"]
+    assert check["status"] == "ok"
+    assert "/etc/containerd/conf.d/99-nvidia.toml (io.containerd.grpc.v1.cri, BinaryName /usr/bin/nvidia-container-runtime)" in check["evidence"]
     write(root, "/etc/containerd/conf.d/99-nvidia.toml", "[plugins\n")
     check = run(root, facts)["containerd_runtime"]
     assert check["status"] == "fail" and check["evidence"].startswith("/etc/containerd/conf.d/99-nvidia.toml is not valid TOML")
