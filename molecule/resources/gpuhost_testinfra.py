@@ -110,7 +110,12 @@ def test_check_mode_predicted_converge(gpuhost_instance: str) -> None:
     for label, run in (("check-mode", predicted), ("first", converged)):
         assert not run["failed"].get(gpuhost_instance), f"{label} converge failed: {run['failed'][gpuhost_instance]}"
     assert converged["changed"][gpuhost_instance], "the first converge changed nothing: is the role doing anything?"
-    assert predicted["changed"][gpuhost_instance] == converged["changed"][gpuhost_instance]
+    said, did = predicted["changed"][gpuhost_instance], converged["changed"][gpuhost_instance]
+    assert said == did, (
+        f"check mode's prediction differs from the first converge on {gpuhost_instance}:\n"
+        f"  predicted but not changed: {[t for t in said if t not in did]}\n"
+        f"  changed but not predicted: {[t for t in did if t not in said]}\n"
+        f"  predicted: {said}\n  changed:   {did}")
 
 
 def test_check_after_converge_changes_nothing(gpuhost_instance: str) -> None:
@@ -123,4 +128,4 @@ def test_check_after_converge_changes_nothing(gpuhost_instance: str) -> None:
         "the scenario's test_sequence must run `check` after `idempotence`")
     last = later_checks[-1]
     assert not last["failed"].get(gpuhost_instance), f"check mode after converge failed: {last['failed'][gpuhost_instance]}"
-    assert last["changed"][gpuhost_instance] == []
+    assert last["changed"][gpuhost_instance] == [], f"check mode after converge would still change: {last['changed'][gpuhost_instance]}"

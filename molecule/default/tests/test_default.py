@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from gpuhost_testinfra import test_check_after_converge_changes_nothing, test_check_mode_predicted_converge  # noqa: F401
+from gpuhost_testinfra import test_check_after_converge_changes_nothing, test_check_mode_predicted_converge  # noqa: F401  pylint: disable=unused-import
 
 
 def test_state_dir_is_root_owned(host):

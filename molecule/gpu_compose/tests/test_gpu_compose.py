@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from gpuhost_testinfra import test_check_after_converge_changes_nothing, test_check_mode_predicted_converge  # noqa: F401
+from gpuhost_testinfra import test_check_after_converge_changes_nothing, test_check_mode_predicted_converge  # noqa: F401  pylint: disable=unused-import
 
 H0 = "GPU-3f1c2a51-0a6e-4b6b-9a55-2d4ac6f0e001"
 H1 = "GPU-8b0e6c1d-51f4-4a54-8d2e-0c9f3e7b4002"

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from gpuhost_testinfra import changed_tasks, run_playbook_json, wait_for_systemd
-from gpuhost_testinfra import test_check_after_converge_changes_nothing, test_check_mode_predicted_converge  # noqa: F401
+from gpuhost_testinfra import test_check_after_converge_changes_nothing, test_check_mode_predicted_converge  # noqa: F401  pylint: disable=unused-import
 
 SCENARIO = Path(os.environ.get("MOLECULE_SCENARIO_DIRECTORY", Path(__file__).resolve().parent.parent))
 REPOS = SCENARIO.parent.parent / ".cache" / "repos" / "current"

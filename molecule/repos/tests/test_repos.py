@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gpuhost_testinfra import run_playbook_json
-from gpuhost_testinfra import test_check_after_converge_changes_nothing  # noqa: F401
+from gpuhost_testinfra import test_check_after_converge_changes_nothing  # noqa: F401  pylint: disable=unused-import
 
 R = "/srv/gpuhost-repos"
 CACHE = Path(os.environ.get("MOLECULE_PROJECT_DIRECTORY", ".")) / ".cache" / "repos" / "current"

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from gpuhost_testinfra import recorded_runs
-from gpuhost_testinfra import test_check_after_converge_changes_nothing, test_check_mode_predicted_converge  # noqa: F401
+from gpuhost_testinfra import test_check_after_converge_changes_nothing, test_check_mode_predicted_converge  # noqa: F401  pylint: disable=unused-import
 
 SUMMARIES = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", ".")) / "summaries"
 UUID = "GPU-3f1c2a51-0a6e-4b6b-9a55-2d4ac6f0e001"
