@@ -14,15 +14,14 @@ import pytest
 import yaml
 
 from gpuhost_testinfra import run_playbook_json  # noqa: F401  pylint: disable=unused-import
-from gpuhost_testinfra import test_check_after_converge_changes_nothing, test_check_mode_predicted_converge  # noqa: F401
+from gpuhost_testinfra import test_check_after_converge_changes_nothing, test_check_mode_predicted_converge  # noqa: F401  pylint: disable=unused-import
 
 PROJECT = Path(os.environ.get("MOLECULE_PROJECT_DIRECTORY", Path(__file__).resolve().parents[3]))
 SCENARIO = Path(__file__).resolve().parents[1]
 CDI_SCHEMA = Path("/work/shared/schemas/cdi-spec.json")
 DOCKERD = PROJECT / ".cache/dockerd-trixie/root/usr/sbin/dockerd"
-FAMILY = {"debian12": "debian12", "rocky9": "rocky9", "arch": "arch"}
 EXPECTED = {
-    # instance family: (package query, installed version, runtimes)
+    # instance family: (installed toolkit version, configured runtimes)
     "debian12": ("1.17.8", ["docker", "containerd", "crio"]),
     "rocky9": ("1.18.0", ["docker", "crio"]),
     "arch": ("1.17.8", ["containerd"]),
@@ -40,10 +39,9 @@ def installed_version(host, fam: str, package: str) -> str | None:
         return out.stdout.split()[-1] if out.rc == 0 and "install ok installed" in out.stdout else None
     if fam == "rocky9":
         out = host.run("rpm -q --qf '%%{VERSION}-%%{RELEASE}' %s" % package)
-    else:
-        out = host.run("pacman -Q %s" % package)
-        return out.stdout.split()[-1] if out.rc == 0 else None
-    return out.stdout.strip() if out.rc == 0 else None
+        return out.stdout.strip() if out.rc == 0 else None
+    out = host.run("pacman -Q %s" % package)
+    return out.stdout.split()[-1] if out.rc == 0 else None
 
 
 def test_toolkit_packages_at_the_expected_version(host, gpuhost_instance):
