@@ -14,7 +14,34 @@ from ansible.module_utils.common.text.converters import to_native
 from ansible.plugins.connection import ConnectionBase
 from ansible_collections.containers.podman.plugins.connection import podman as _upstream
 
-DOCUMENTATION = _upstream.DOCUMENTATION.replace("name: podman", "name: gpuhost_podman", 1)
+DOCUMENTATION = r"""
+name: gpuhost_podman
+short_description: Run tasks in an existing podman container, with pipelining (test-only)
+description:
+  - containers.podman.podman whose modules are piped to C(podman exec -i).
+options:
+  remote_addr:
+    description: The name or ID of the container.
+    default: inventory_hostname
+    vars:
+      - name: ansible_host
+      - name: inventory_hostname
+      - name: ansible_podman_host
+  remote_user:
+    description: The user to run commands as inside the container.
+    vars:
+      - name: ansible_user
+  podman_extra_args:
+    description: Extra arguments to pass to the podman command line.
+    default: ''
+    vars:
+      - name: ansible_podman_extra_args
+  podman_executable:
+    description: Executable for the podman command.
+    default: podman
+    vars:
+      - name: ansible_podman_executable
+"""
 
 
 class Connection(_upstream.Connection):
