@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-from gpuhost_testinfra import test_check_mode_predicted_converge, test_check_after_converge_changes_nothing  # noqa: F401
+from gpuhost_testinfra import test_check_after_converge_changes_nothing, test_check_mode_predicted_converge  # noqa: F401  pylint: disable=unused-import
 from vfio_common import ARCH_KERNEL, FAMILY, KERNEL, MODPROBE, MODULES_LOAD, ROCKY_GRUB_BEFORE, SCRIPT, _args
 
 
