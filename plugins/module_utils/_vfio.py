@@ -442,7 +442,8 @@ def edit_shell_variable(content: str, variable: str, edit: t.Callable[[str], str
     line = lines[index]
     ending = "\n" if line.endswith("\n") else ""
     match = pattern.match(line.rstrip("\n"))
-    assert match is not None
+    if match is None:  # pragma: no cover - the same pattern matched this line above
+        raise ValueError("%s: the assignment could not be parsed" % variable)
     raw = match.group("value")
     if raw[:1] in ('"', "'"):
         quote, value = raw[0], raw[1:-1]

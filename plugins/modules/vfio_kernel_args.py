@@ -14,7 +14,7 @@ description:
     or in a file that is the command line itself (C(/etc/kernel/cmdline), read by kernel-install and systemd-boot).
   - Adds only the arguments that are missing, never duplicates one, and keeps every other argument and its spacing.
     An argument with the same key and another value that the user wrote (C(iommu=soft) against C(iommu=pt)) is a
-    conflict: the module fails and changes nothing.
+    conflict, and the module fails without changing anything.
   - Records the arguments it added in O(record), per file. O(state=absent) removes exactly those, so the file comes
     back byte for byte as it was; arguments that were there before are left alone. An argument of ours that is no
     longer asked for (a changed C(vfio-pci.ids=)) is replaced.

@@ -48,7 +48,7 @@ def test_bad_inputs_fail_before_any_change(gpuhost_instance, bad_run):
     bad_run, before, after = bad_run
     failed = [(_name(task), task["hosts"][gpuhost_instance]) for play in bad_run["plays"] for task in play["tasks"]
               if task["hosts"].get(gpuhost_instance, {}).get("failed")]
-    assert [name for name, _ in failed] == ["Stop before any change when the request cannot be met"]
+    assert [name for name, _outcome in failed] == ["Stop before any change when the request cannot be met"]
     msg = failed[0][1]["msg"]
     assert "'0000:1:0' is not a PCI address" in msg
     assert "10de:ffff matches no NVIDIA GPU on this host" in msg

@@ -49,5 +49,3 @@ def _args(host, family: str) -> list[str]:
 
 def _converge() -> str:
     return os.path.join(os.environ["MOLECULE_SCENARIO_DIRECTORY"], "converge.yml")
-
-
