@@ -85,7 +85,7 @@ def test_daemon_json_keeps_other_keys(host, gpuhost_instance):
     daemon = json.loads(host.file("/etc/docker/daemon.json").content_string)
     assert daemon == {
         "log-driver": "journald",
-        "registry-mirrors": ["https://mirror.gcr.io"],
+        "registry-mirrors": ["https://mirror.example.internal"],
         "runtimes": {"crun": {"path": "/usr/bin/crun"}, "nvidia": {"path": RUNTIME}},
         "features": {"cdi": True},
     }
@@ -127,7 +127,7 @@ def test_containerd_config_dump_shows_the_merge(host, gpuhost_instance):
     assert set(merged["imports"]) >= {"/etc/containerd/site.toml", "/etc/containerd/conf.d/99-nvidia.toml"}
     assert merged["debug"]["level"] == "warn"
     cri = merged["plugins"]["io.containerd.grpc.v1.cri"]
-    assert cri["sandbox_image"] == "registry.k8s.io/pause:3.9"
+    assert cri["sandbox_image"] == "registry.example.internal/pause:3.9"
     runtimes = cri["containerd"]["runtimes"]
     assert runtimes["runc"]["options"]["SystemdCgroup"] is True
     assert runtimes["nvidia"]["runtime_type"] == "io.containerd.runc.v2"

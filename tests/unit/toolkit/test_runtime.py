@@ -67,7 +67,7 @@ root = "/var/lib/containerd"
 imports = ["/etc/containerd/site.toml"]
 
 [plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "registry.k8s.io/pause:3.9"
+  sandbox_image = "registry.example.internal/pause:3.9"
   [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
     runtime_type = "io.containerd.runc.v2"
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
@@ -100,7 +100,7 @@ def test_containerd_dropin_carries_the_cri_table_and_runc_options():
     parsed = tomllib.loads(_runtime.dump_toml(doc, _runtime.DROPIN_HEADER))
     cri = parsed["plugins"]["io.containerd.grpc.v1.cri"]
     assert parsed["version"] == 2
-    assert cri["sandbox_image"] == "registry.k8s.io/pause:3.9"
+    assert cri["sandbox_image"] == "registry.example.internal/pause:3.9"
     assert cri["containerd"]["default_runtime_name"] == "nvidia"
     assert cri["containerd"]["runtimes"]["runc"]["options"] == {"SystemdCgroup": True}
     assert cri["containerd"]["runtimes"]["nvidia"] == {
