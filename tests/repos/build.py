@@ -38,6 +38,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 FILE_DEST = {
     "nvidia-ctk": "usr/bin/nvidia-ctk",
+    "nvidia-container-runtime": "usr/bin/nvidia-container-runtime",
     "nvidia-smi": "usr/bin/nvidia-smi",
     "nvidia-persistenced": "usr/bin/nvidia-persistenced",
     "nvidia-persistenced.service": "usr/lib/systemd/system/nvidia-persistenced.service",

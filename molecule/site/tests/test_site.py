@@ -8,6 +8,7 @@ its kernel module is not loaded.
 from __future__ import annotations
 
 import functools
+import json
 import os
 from pathlib import Path
 
@@ -135,3 +136,35 @@ def test_compose_override_from_the_synthetic_facts(host, family):
     app = yaml.safe_load(override.content_string)["services"]["app"]
     assert app["deploy"]["resources"]["reservations"]["devices"] == [{"driver": "nvidia", "device_ids": [UUID], "capabilities": ["gpu"]}]
     assert app["environment"]["NVIDIA_VISIBLE_DEVICES"] == UUID
+
+
+TOOLKIT_VERSION = {"debian12": "1.17.8", "rocky9": "1.18.0", "arch": "1.17.8"}
+
+
+def test_toolkit_installed_and_runtime_merged(host, family):
+    assert host.package("nvidia-container-toolkit").version.startswith(TOOLKIT_VERSION[family])
+    daemon = json.loads(host.file("/etc/docker/daemon.json").content_string)
+    runtime = daemon["runtimes"]["nvidia"]["path"]
+    assert runtime == "/usr/bin/nvidia-container-runtime" and host.file(runtime).is_file
+    spec = yaml.safe_load(host.file("/etc/cdi/nvidia.yaml").content_string)
+    assert spec["kind"] == "nvidia.com/gpu"
+    assert not host.file("/var/run/cdi/nvidia.yaml").exists  # one location only
+
+
+def test_summary_lines_are_one_line_each(summary):
+    """No report line wraps into a line of its own (a folded YAML scalar can leave a line break in the text)."""
+    body = [line for line in summary[2:] if line.strip()]
+    assert all(line.startswith("  ") for line in body), body
+
+
+def test_doctor_fails_exactly_what_a_gpu_less_container_lacks(summary):
+    doctor = [line.strip().lstrip("- ") for line in summary if line.strip().lstrip("- ").startswith("gpu_doctor: ")]
+    assert doctor == ["gpu_doctor: fail (13 ok, 0 warn, 2 fail)", "gpu_doctor: driver_loaded: fail", "gpu_doctor: device_nodes: fail"]
+
+
+def test_summary_names_what_the_toolkit_did(summary, family):
+    toolkit = [line.strip().lstrip("- ") for line in summary if line.strip().lstrip("- ").startswith("nvidia_container_toolkit: ")]
+    assert toolkit[0].startswith("nvidia_container_toolkit: already installed: "), toolkit
+    assert TOOLKIT_VERSION[family] in toolkit[0]
+    assert toolkit[1:] == ["nvidia_container_toolkit: runtime nvidia configured for docker",
+                           "nvidia_container_toolkit: CDI spec /etc/cdi/nvidia.yaml (nvidia.com/gpu=all)"]
