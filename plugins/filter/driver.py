@@ -12,35 +12,24 @@ from __future__ import annotations
 import typing as t
 from collections.abc import Mapping
 
-from ansible.errors import AnsibleFilterError
-
 from ansible_collections.gpuhost.nvidia.plugins.module_utils import _driver
-
-
-def _mapping(value: t.Any, name: str) -> Mapping[str, t.Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise AnsibleFilterError("%s: expected a dict, got %s" % (name, type(value).__name__))
-    return value
+from ansible_collections.gpuhost.nvidia.plugins.plugin_utils._filter_args import gpu_facts, mapping
 
 
 def nvidia_driver_plan(request: t.Any, facts: t.Any = None, host: t.Any = None, capabilities: t.Any = None) -> dict[str, t.Any]:
     """What the nvidia_driver role installs, and every reason it must stop (``errors``)."""
-    facts_map = _mapping(facts, "nvidia_driver_plan facts")
-    if "nvidia_gpu" in facts_map and isinstance(facts_map["nvidia_gpu"], Mapping):
-        facts_map = facts_map["nvidia_gpu"]
+    facts_map = gpu_facts(facts, "nvidia_driver_plan facts")
     return _driver.plan(
-        _mapping(request, "nvidia_driver_plan request"),
+        mapping(request, "nvidia_driver_plan request"),
         facts_map,
-        _mapping(host, "nvidia_driver_plan host"),
-        _mapping(capabilities, "nvidia_driver_plan capabilities"),
+        mapping(host, "nvidia_driver_plan host"),
+        mapping(capabilities, "nvidia_driver_plan capabilities"),
     )
 
 
 def nvidia_driver_candidate_errors(plan: t.Any, candidate: t.Any, request: t.Any = None, source_label: str = "") -> list[str]:
     """Why the version the package manager offers does not fit the plan (empty when it does)."""
-    return _driver.check_candidate(_mapping(plan, "nvidia_driver_candidate_errors plan"), candidate, _mapping(request, "request"), source_label)
+    return _driver.check_candidate(mapping(plan, "nvidia_driver_candidate_errors plan"), candidate, mapping(request, "request"), source_label)
 
 
 def gpg_primary_fingerprints(colons: t.Any) -> list[str]:

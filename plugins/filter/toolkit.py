@@ -10,29 +10,19 @@ Their documentation is in the sidecar .yml files. The decisions live in module_u
 from __future__ import annotations
 
 import typing as t
-from collections.abc import Mapping
-
-from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpuhost.nvidia.plugins.module_utils import _toolkit
-
-
-def _mapping(value: t.Any, name: str) -> Mapping[str, t.Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise AnsibleFilterError("%s: expected a dict, got %s" % (name, type(value).__name__))
-    return value
+from ansible_collections.gpuhost.nvidia.plugins.plugin_utils._filter_args import gpu_facts, mapping
 
 
 def nvidia_container_toolkit_errors(request: t.Any) -> list[str]:
     """Everything wrong with the toolkit request before the host is asked anything."""
-    return _toolkit.request_errors(_mapping(request, "nvidia_container_toolkit_errors"))
+    return _toolkit.request_errors(mapping(request, "nvidia_container_toolkit_errors"))
 
 
 def nvidia_container_toolkit_version(offered: t.Any, request: t.Any, source: str = "the repository") -> dict[str, t.Any]:
     """The offered version to install for the request, and every reason it cannot be installed."""
-    request_map = _mapping(request, "nvidia_container_toolkit_version request")
+    request_map = mapping(request, "nvidia_container_toolkit_version request")
     if isinstance(offered, str):
         offered = offered.split()
     version, errors = _toolkit.pick_version(list(offered or []), str(request_map.get("version") or ""), source)
@@ -43,10 +33,7 @@ def nvidia_container_toolkit_version(offered: t.Any, request: t.Any, source: str
 
 def nvidia_node_labels(facts: t.Any, toolkit_version: t.Any = None) -> dict[str, str]:
     """Kubernetes-style node labels from the GPU facts."""
-    facts_map = _mapping(facts, "nvidia_node_labels")
-    if "nvidia_gpu" in facts_map and isinstance(facts_map["nvidia_gpu"], Mapping):
-        facts_map = facts_map["nvidia_gpu"]
-    return _toolkit.node_labels(facts_map, str(toolkit_version) if toolkit_version else None)
+    return _toolkit.node_labels(gpu_facts(facts, "nvidia_node_labels"), str(toolkit_version) if toolkit_version else None)
 
 
 class FilterModule:

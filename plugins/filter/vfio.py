@@ -10,27 +10,15 @@ Its documentation is in the sidecar .yml file. The decisions live in module_util
 from __future__ import annotations
 
 import typing as t
-from collections.abc import Mapping
-
-from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpuhost.nvidia.plugins.module_utils import _vfio
-
-
-def _mapping(value: t.Any, name: str) -> Mapping[str, t.Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise AnsibleFilterError("%s: expected a dict, got %s" % (name, type(value).__name__))
-    return value
+from ansible_collections.gpuhost.nvidia.plugins.plugin_utils._filter_args import gpu_facts, mapping
 
 
 def vfio_passthrough_plan(request: t.Any, facts: t.Any = None, host: t.Any = None) -> dict[str, t.Any]:
     """The functions to pass through, the kernel arguments, and every reason to stop (``errors``)."""
-    facts_map = _mapping(facts, "vfio_passthrough_plan facts")
-    if "nvidia_gpu" in facts_map and isinstance(facts_map["nvidia_gpu"], Mapping):
-        facts_map = facts_map["nvidia_gpu"]
-    return _vfio.plan(_mapping(request, "vfio_passthrough_plan request"), facts_map, _mapping(host, "vfio_passthrough_plan host"))
+    facts_map = gpu_facts(facts, "vfio_passthrough_plan facts")
+    return _vfio.plan(mapping(request, "vfio_passthrough_plan request"), facts_map, mapping(host, "vfio_passthrough_plan host"))
 
 
 class FilterModule:
