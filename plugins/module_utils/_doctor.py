@@ -19,7 +19,7 @@ import os
 import re
 import typing as t
 
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _catalog
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _catalog, _pci
 from ansible_collections.gpuhost.nvidia.plugins.module_utils._common import version_tuple
 
 try:
@@ -34,8 +34,6 @@ OK, WARN, FAIL = "ok", "warn", "fail"
 STATUSES = (OK, WARN, FAIL)
 SECURE_BOOT_VAR = "/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-e98c0ff1c4a8"
 SIGNATURE_MAGIC = b"~Module signature appended~\n"
-MODULE_DIRS = ("updates/dkms", "updates", "extra", "kernel/drivers/video", "kernel/drivers/gpu", "nvidia", "misc")
-MODULE_FILE_RE = re.compile(r"^nvidia\.ko(\.xz|\.gz|\.zst)?$")
 # Throttle reasons that are not a problem: idle, a clock the admin set, sync boost, a display clock.
 BENIGN_THROTTLE = frozenset({"gpu_idle", "applications_clocks_setting", "sync_boost", "display_clock_setting"})
 HARD_THROTTLE = frozenset({"hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"})
@@ -95,26 +93,17 @@ def _secure_boot(root: str) -> bool | None:
 
 
 def _module_signed(root: str, kernel_release: str) -> tuple[str | None, bool | None]:
-    """The nvidia.ko built for the kernel and whether it carries a signature (None: compressed, cannot tell)."""
-    base = _join(root, "/lib/modules/%s" % kernel_release)
-    for sub in MODULE_DIRS:
-        top = os.path.join(base, sub)
-        if not os.path.isdir(top):
-            continue
-        for dirpath, dirnames, filenames in os.walk(top):
-            dirnames.sort()
-            for name in sorted(filenames):
-                if MODULE_FILE_RE.match(name):
-                    path = os.path.join(dirpath, name)
-                    shown = "/" + os.path.relpath(path, root)
-                    if name != "nvidia.ko":
-                        return shown, None
-                    try:
-                        with open(path, "rb") as handle:
-                            handle.seek(max(0, os.path.getsize(path) - len(SIGNATURE_MAGIC)))
-                            return shown, handle.read() == SIGNATURE_MAGIC
-                    except OSError:
-                        return shown, None
+    """The nvidia module file built for the kernel and whether it carries a signature (None: compressed, cannot tell)."""
+    for path in _pci.nvidia_module_files(root, kernel_release):
+        shown = "/" + os.path.relpath(path, root)
+        if not path.endswith(".ko"):
+            return shown, None
+        try:
+            with open(path, "rb") as handle:
+                handle.seek(max(0, os.path.getsize(path) - len(SIGNATURE_MAGIC)))
+                return shown, handle.read() == SIGNATURE_MAGIC
+        except OSError:
+            return shown, None
     return None, None
 
 

@@ -53,8 +53,9 @@ STANDARD_LIB_DIRS = (
     "/usr/lib/wsl/lib",
 )
 
-_MODULE_FILE_RE = re.compile(r"^nvidia(-current)?(-open)?\.ko(\.(xz|gz))?$")
-_MODULE_SEARCH_DIRS = ("updates", "extra", "kernel/drivers/video", "kernel/drivers/gpu", "misc", "video")
+# nvidia.ko as NVIDIA's packages and DKMS name it, and nvidia-current(-open).ko as Debian's do, maybe compressed.
+_MODULE_FILE_RE = re.compile(r"^nvidia(-current)?(-open)?\.ko(\.(xz|gz|zst))?$")
+_MODULE_SEARCH_DIRS = ("updates/dkms", "updates", "extra", "kernel/drivers/video", "kernel/drivers/gpu", "nvidia", "misc", "video")
 
 
 def classify(pci_class: int) -> str:
@@ -285,10 +286,11 @@ def module_type_from_license(license_text: str | None) -> str | None:
     return None
 
 
-def installed_module_type(root: str = "/", kernel_release: str | None = None) -> str | None:
-    """Type of the nvidia kernel module built for the running kernel, read from its ``license=`` modinfo tag."""
+def nvidia_module_files(root: str = "/", kernel_release: str | None = None) -> t.Iterator[str]:
+    """Paths of the nvidia kernel module files built for the kernel, in module-search-directory order."""
     release = kernel_release or os.uname().release
     base = _join(root, "/lib/modules/%s" % release)
+    seen = set()
     for sub in _MODULE_SEARCH_DIRS:
         top = os.path.join(base, sub)
         if not os.path.isdir(top):
@@ -296,10 +298,18 @@ def installed_module_type(root: str = "/", kernel_release: str | None = None) ->
         for dirpath, dirnames, filenames in os.walk(top):
             dirnames.sort()
             for name in sorted(filenames):
-                if _MODULE_FILE_RE.match(name):
-                    module_type = module_type_from_license(_module_license(os.path.join(dirpath, name)))
-                    if module_type:
-                        return module_type
+                path = os.path.join(dirpath, name)
+                if _MODULE_FILE_RE.match(name) and path not in seen:
+                    seen.add(path)
+                    yield path
+
+
+def installed_module_type(root: str = "/", kernel_release: str | None = None) -> str | None:
+    """Type of the nvidia kernel module built for the running kernel, read from its ``license=`` modinfo tag."""
+    for path in nvidia_module_files(root, kernel_release):
+        module_type = module_type_from_license(_module_license(path))
+        if module_type:
+            return module_type
     return None
 
 

@@ -193,6 +193,18 @@ def test_secure_boot_unsigned_module(tmp_path: t.Any) -> None:
     assert run(root, gather(root, profile))["secure_boot"]["evidence"] == "Secure Boot is off: unsigned modules load"
 
 
+def test_secure_boot_finds_debians_module_name(tmp_path: t.Any) -> None:
+    """Debian's DKMS builds nvidia-current.ko (and nvidia-current-open.ko); the check must find those too."""
+    profile = fake_pynvml.load_profile("driver_not_loaded")
+    root = sysfs.build(str(tmp_path / "root"), profile)
+    _secure_boot(root, True)
+    modules = os.path.join(root, "lib/modules", sysfs.KERNEL_RELEASE, "updates/dkms")
+    os.rename(os.path.join(modules, "nvidia.ko"), os.path.join(modules, "nvidia-current.ko"))
+    check = run(root, gather(root, profile))["secure_boot"]
+    assert check["status"] == "fail"
+    assert "/updates/dkms/nvidia-current.ko carries no signature" in check["evidence"]
+
+
 def test_secure_boot_on_and_loaded_is_ok(healthy: tuple[str, dict[str, t.Any]]) -> None:
     root, facts = healthy
     _secure_boot(root, True)
