@@ -6,13 +6,13 @@
 # only that family's platforms run (`molecule test -s S --platform-name P`, once per platform of the
 # scenario whose name has the DISTRO as one of its dash-separated parts), and a scenario without such a
 # platform is skipped with a message. DISTRO is also exported to the scenarios as GPUHOST_DISTRO.
-# MOLECULE_JOBS (default 2) scenarios run at once; each logs to tests/output/molecule/<name>.log.
+# MOLECULE_JOBS (default 3: most of a scenario is waiting on containers, package managers and systemd) scenarios run at once; each logs to tests/output/molecule/<name>.log.
 set -uo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$repo" || exit 2
 want="${1:-}"
 export GPUHOST_DISTRO="${2:-}"
-jobs="${MOLECULE_JOBS:-2}"
+jobs="${MOLECULE_JOBS:-3}"
 out="$repo/tests/output/molecule"
 mkdir -p "$out"
 
