@@ -6,13 +6,13 @@
 # only that family's platforms run (`molecule test -s S --platform-name P`, once per platform of the
 # scenario whose name has the DISTRO as one of its dash-separated parts), and a scenario without such a
 # platform is skipped with a message. DISTRO is also exported to the scenarios as GPUHOST_DISTRO.
-# MOLECULE_JOBS (default 3: most of a scenario is waiting on containers, package managers and systemd) scenarios run at once; each logs to tests/output/molecule/<name>.log.
+# MOLECULE_JOBS (default 2: a third job slowed every scenario down on 2 cores) scenarios run at once; each logs to tests/output/molecule/<name>.log.
 set -uo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$repo" || exit 2
 want="${1:-}"
 export GPUHOST_DISTRO="${2:-}"
-jobs="${MOLECULE_JOBS:-3}"
+jobs="${MOLECULE_JOBS:-2}"
 out="$repo/tests/output/molecule"
 mkdir -p "$out"
 
@@ -38,7 +38,7 @@ PY
 }
 
 # Longest first, so that the last scenario to start is a short one (the others follow in name order).
-LONGEST_FIRST=(site nvidia_driver nvidia_container_toolkit gpu_settings vfio_passthrough gpu_doctor repos gpu_compose)
+LONGEST_FIRST=(site nvidia_driver nvidia_container_toolkit vfio_passthrough gpu_settings gpu_compose gpu_doctor repos nvidia_gpu_facts)
 scenarios=()
 for name in "${LONGEST_FIRST[@]}" $(find molecule -mindepth 2 -maxdepth 2 -name molecule.yml -printf '%h\n' | sed 's|molecule/||' | sort); do
     [[ -f "molecule/$name/molecule.yml" ]] || continue

@@ -31,19 +31,12 @@ EXPECTED = {
         "dkms": "nvidia-current/535.261.03: added",
         "branch": "535",
     },
-    "debian12-open": {
-        "installed": ["nvidia-open-kernel-dkms", "nvidia-smi", "libcuda1"],
-        "absent": ["nvidia-kernel-dkms", "nvidia-driver", "xserver-xorg-video-nvidia"],
-        "dkms": "nvidia-current-open/535.261.03: added",
-        "branch": "535",
-    },
     "rocky9": {"installed": ["nvidia-driver", "kmod-nvidia-open-dkms", "nvidia-persistenced", "nvidia-fabric-manager"], "absent": [],
                "branch": "580"},
     "arch": {"installed": ["nvidia-utils", "nvidia-open-dkms"], "absent": ["nvidia-open"], "branch": "580"},
 }
 INITRAMFS_LOG = {
     "debian12-proprietary": ("/var/log/gpuhost-update-initramfs.log", "-u -k all"),
-    "debian12-open": ("/var/log/gpuhost-update-initramfs.log", "-u -k all"),
     "rocky9": ("/var/log/gpuhost-stub-dracut.log", "-f --regenerate-all"),
     "arch": ("/var/log/gpuhost-stub-mkinitcpio.log", "mkinitcpio -P"),
 }
@@ -154,13 +147,13 @@ def _fresh_host(image: str, name: str) -> None:
 
 
 BAD = {
-    "flavour_cuda_secure_boot": ("debian12-open", [
+    "flavour_cuda_secure_boot": ("debian12-proprietary", [
         "Blackwell GPUs (0000:01:00.0) require the open kernel modules",
         "driver branch 535 cannot run CUDA 12.8: it supports CUDA up to 12.2; CUDA 12.8 needs driver 570.26 or newer",
         "Secure Boot is enabled and the distro source on Debian 12",
     ]),
-    "unknown_branch": ("debian12-open", ["unknown driver branch 999"]),
-    "unsupported_distribution": ("debian12-open", ["unsupported distribution Gentoo 2.17"]),
+    "unknown_branch": ("debian12-proprietary", ["unknown driver branch 999"]),
+    "unsupported_distribution": ("debian12-proprietary", ["unsupported distribution Gentoo 2.17"]),
     "rogue_key": ("rocky9", ["does not match the pinned fingerprint: expected "]),
 }
 
