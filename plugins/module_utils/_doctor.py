@@ -438,6 +438,15 @@ def _health(gpu: dict[str, t.Any], key: str) -> t.Any:
     return (gpu.get("health") or {}).get(key)
 
 
+def _by_findings(cid: str, title: str, fails: list[str], warns: list[str], fix: str, ok_evidence: str) -> dict[str, str]:
+    """FAIL naming every finding when any is a failure, WARN naming the warnings, else OK with ``ok_evidence``."""
+    if fails:
+        return check(cid, title, FAIL, "; ".join(fails + warns), fix)
+    if warns:
+        return check(cid, title, WARN, "; ".join(warns), fix)
+    return check(cid, title, OK, ok_evidence)
+
+
 def check_throttling(facts: dict[str, t.Any], host: dict[str, t.Any], params: dict[str, t.Any]) -> dict[str, str]:
     title = "clock throttle reasons"
     hard, soft, seen = [], [], 0
@@ -453,11 +462,8 @@ def check_throttling(facts: dict[str, t.Any], host: dict[str, t.Any], params: di
             soft.append("%s: %s" % (_gpu_name(gpu), ", ".join(bad)))
     fix = ("Check cooling and airflow (`nvidia-smi -q -d TEMPERATURE,PERFORMANCE`), the power supply and power cables; "
            "sw_power_cap means the power limit is reached (gpu_settings power limit)")
-    if hard:
-        return check("throttling", title, FAIL, "; ".join(hard + soft), fix)
-    if soft:
-        return check("throttling", title, WARN, "; ".join(soft), fix)
-    return check("throttling", title, OK, "no throttling on %d GPU(s)" % seen if seen else "no GPU reports throttle reasons (needs NVML and gather: [health])")
+    return _by_findings("throttling", title, hard, soft, fix,
+                        "no throttling on %d GPU(s)" % seen if seen else "no GPU reports throttle reasons (needs NVML and gather: [health])")
 
 
 def check_pcie_link(facts: dict[str, t.Any], host: dict[str, t.Any], params: dict[str, t.Any]) -> dict[str, str]:
@@ -506,11 +512,8 @@ def check_ecc(facts: dict[str, t.Any], host: dict[str, t.Any], params: dict[str,
             warns.append("%s: %d pages retired for double-bit errors" % (name, pages["double_bit"]))
     fix = ("Drain the GPU and reset it (`nvidia-smi -r`) or reboot to apply pending retirements/remaps; a GPU with a remap "
            "failure or recurring uncorrected errors needs an RMA (field diagnostic: `dcgmi diag -r 3`)")
-    if fails:
-        return check("ecc", title, FAIL, "; ".join(fails + warns), fix)
-    if warns:
-        return check("ecc", title, WARN, "; ".join(warns), fix)
-    return check("ecc", title, OK, "no ECC problems on %d GPU(s)" % seen if seen else "no GPU reports ECC counters (needs NVML, ECC and gather: [health])")
+    return _by_findings("ecc", title, fails, warns, fix,
+                        "no ECC problems on %d GPU(s)" % seen if seen else "no GPU reports ECC counters (needs NVML, ECC and gather: [health])")
 
 
 def check_nvml_cgroup(facts: dict[str, t.Any], host: dict[str, t.Any], params: dict[str, t.Any]) -> dict[str, str]:
