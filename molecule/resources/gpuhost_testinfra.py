@@ -1,8 +1,9 @@
 """Shared testinfra helpers for the gpuhost.nvidia Molecule scenarios.
 
 Each scenario's tests/conftest.py imports ``host`` and ``pytest_generate_tests`` from here. The
-``host`` fixture talks to the scenario's podman containers through testinfra's fast ``podman://``
-backend. The scenarios' test_sequence runs converge.yml in check mode on the freshly prepared hosts,
+``host`` fixture talks to the scenario's podman containers through testinfra's ``podman://`` backend,
+sending each command through the container's command agent (gpuhost_agent.py) instead of starting
+``podman exec`` for it. The scenarios' test_sequence runs converge.yml in check mode on the freshly prepared hosts,
 then converges for real, runs idempotence, and runs check mode once more; the test-only callback
 plugins/callback/gpuhost_record.py records what each of those runs changed. The two tests below read
 those records, so nothing is re-run just to look at it; a scenario's test module imports them:
@@ -24,9 +25,12 @@ import subprocess
 import time
 from pathlib import Path
 
+import gpuhost_agent
 import pytest
-import testinfra
+import testinfra.host
 import yaml
+from testinfra.backend.base import CommandResult
+from testinfra.backend.podman import PodmanBackend
 
 
 def _instances() -> list[str]:
@@ -41,10 +45,25 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("gpuhost_instance", _instances(), scope="module")
 
 
+class _AgentBackend(PodmanBackend):
+    """testinfra's podman backend, with each command run by the container's agent when it has one."""
+
+    def run(self, command: str, *args: str, **kwargs) -> CommandResult:
+        path = gpuhost_agent.socket_path(self.name)
+        if path is None or self.user is not None:
+            return super().run(command, *args, **kwargs)
+        cmd = self.get_command(command, *args)
+        rc, stdout, stderr = gpuhost_agent.call(path, ["/bin/sh", "-c", cmd])
+        return self.result(rc, self.encode(cmd), stdout, stderr)
+
+
 @pytest.fixture(scope="module")
 def host(gpuhost_instance: str):  # noqa: D401 - pytest fixture
     """testinfra host for one podman test container."""
-    return testinfra.get_host(f"podman://{gpuhost_instance}")
+    backend = _AgentBackend(gpuhost_instance)
+    test_host = testinfra.host.Host(backend)
+    backend.set_host(test_host)
+    return test_host
 
 
 def run_playbook_json(playbook: str, *extra: str, limit: str | None = None, inventory: str | None = None) -> dict:

@@ -1,24 +1,37 @@
-"""Test-only connection: containers.podman.podman with pipelining.
+"""Test-only connection: containers.podman.podman with pipelining and a per-container command agent.
 
-The upstream plugin runs each module as four ``podman exec`` calls (mkdir, copy, run, remove), about 1.4 s
-a task on the test machine. With pipelining the module goes to python on ``podman exec -i``'s stdin in one
-call, as it does over ssh with pipelining, which is how most users run the collection; a Molecule run takes
-about half the time. Only the Molecule scenarios under molecule/ use this (see .config/molecule/config.yml).
+The upstream plugin runs ``podman mount`` when it connects (every task) and each module as four ``podman exec``
+calls (mkdir, copy, run, remove), about 1.4 s a task on the test machine. This one pipes the module to python on
+stdin in one call, as ssh with pipelining does (how most users run the collection), and sends that call to the
+container's command agent (molecule/resources/gpuhost_agent.py, started by create.yml), which runs it exactly as
+``podman exec`` would, without starting podman, conmon and runc for it. A container without an agent socket
+gets ``podman exec -i``. Only the Molecule scenarios under molecule/ use this (.config/molecule/config.yml).
 """
 
 from __future__ import annotations
 
 import shlex
+import sys
+from pathlib import Path
 
-from ansible.module_utils.common.text.converters import to_native
+from ansible.errors import AnsibleError
+from ansible.module_utils.common.text.converters import to_bytes, to_native
 from ansible.plugins.connection import ConnectionBase
+from ansible.utils.display import Display
 from ansible_collections.containers.podman.plugins.connection import podman as _upstream
+
+try:
+    import gpuhost_agent
+except ImportError:  # PYTHONPATH without molecule/resources (Molecule's env sets it)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    import gpuhost_agent
 
 DOCUMENTATION = r"""
 name: gpuhost_podman
-short_description: Run tasks in an existing podman container, with pipelining (test-only)
+short_description: Run tasks in an existing podman container through its command agent (test-only)
 description:
-  - containers.podman.podman whose modules are piped to C(podman exec -i).
+  - containers.podman.podman whose modules are piped to python, through the container's command agent
+    (molecule/resources/gpuhost_agent.py) when it has one, else through C(podman exec -i).
 options:
   remote_addr:
     description: The name or ID of the container.
@@ -41,20 +54,76 @@ options:
     default: podman
     vars:
       - name: ansible_podman_executable
+  agent_dir:
+    description: Controller directory holding one sub-directory per container, with the agent's socket.
+    default: /tmp/gpuhost-agent  # gpuhost_agent.AGENT_DIR
+    vars:
+      - name: gpuhost_agent_dir
 """
+
+display = Display()
 
 
 class Connection(_upstream.Connection):
-    """containers.podman.podman, but modules are piped to ``podman exec -i``."""
+    """containers.podman.podman, but modules are piped to python through the container's agent."""
 
     transport = "gpuhost_podman"
     has_pipelining = True
+
+    def _agent_socket(self):
+        if self.user:  # the agent runs commands as root only
+            return None
+        return gpuhost_agent.socket_path(self._container_id, self.get_option("agent_dir"))
+
+    def _connect(self):
+        # `podman mount` (upstream) is only needed to copy files without the agent.
+        if self._agent_socket() is None:
+            return super()._connect()
+        ConnectionBase._connect(self)
+        self._mount_point = None
+        self._connected = True
+        return self
+
+    def _agent_run(self, path, argv, in_data=None):
+        display.vvv(f"AGENT {argv}", host=self._container_id)
+        try:
+            return gpuhost_agent.call(path, [to_native(arg, errors="surrogate_or_strict") for arg in argv], in_data)
+        except (OSError, ValueError) as exc:
+            raise AnsibleError(f"the command agent of container {self._container_id} ({path}) failed: {exc}") from exc
 
     def exec_command(self, cmd, in_data=None, sudoable=False):
         if not self._connected:
             self._connect()
         ConnectionBase.exec_command(self, cmd, in_data=in_data, sudoable=sudoable)
+        argv = shlex.split(to_native(cmd, errors="surrogate_or_strict"))
+        path = self._agent_socket()
+        if path is not None:
+            return self._agent_run(path, argv, in_data)
         args = ["exec", "-i"] if in_data is not None else ["exec"]
         if self.user:
             args.extend(("--user", self.user))
-        return self._podman(args, shlex.split(to_native(cmd, errors="surrogate_or_strict")), in_data)
+        return self._podman(args, argv, in_data)
+
+    def put_file(self, in_path, out_path):
+        path = self._agent_socket()
+        if path is None:
+            return super().put_file(in_path, out_path)
+        ConnectionBase.put_file(self, in_path, out_path)
+        with open(to_bytes(in_path, errors="surrogate_or_strict"), "rb") as source:
+            data = source.read()
+        rc, dummy, stderr = self._agent_run(path, ["/bin/sh", "-c", 'cat > "$1"', "sh", out_path], data)
+        if rc != 0:
+            raise AnsibleError(f"Failed to copy {in_path} to {out_path} in container {self._container_id}: {stderr!r}")
+        return None
+
+    def fetch_file(self, in_path, out_path):
+        path = self._agent_socket()
+        if path is None:
+            return super().fetch_file(in_path, out_path)
+        ConnectionBase.fetch_file(self, in_path, out_path)
+        rc, stdout, stderr = self._agent_run(path, ["cat", in_path])
+        if rc != 0:
+            raise AnsibleError(f"Failed to fetch {in_path} from container {self._container_id}: {stderr!r}")
+        with open(to_bytes(out_path, errors="surrogate_or_strict"), "wb") as target:
+            target.write(stdout)
+        return None
