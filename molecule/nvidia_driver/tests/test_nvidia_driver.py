@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpuhost_testinfra import changed_tasks, run_playbook_json, wait_for_systemd
+from gpuhost_testinfra import changed_tasks, remove_hosts, run_playbook_json, start_fresh_host
 from gpuhost_testinfra import test_check_after_converge_changes_nothing, test_check_mode_predicted_converge  # noqa: F401  pylint: disable=unused-import
 
 SCENARIO = Path(os.environ.get("MOLECULE_SCENARIO_DIRECTORY", Path(__file__).resolve().parent.parent))
@@ -139,13 +139,6 @@ def test_reboot_required_fact_and_report(runs, case):
     assert "nvidia_driver: already installed: " in "\n".join(second["report"])
 
 
-def _fresh_host(image: str, name: str) -> None:
-    subprocess.run(["podman", "rm", "-f", name], capture_output=True, check=False)
-    subprocess.run(["podman", "run", "-d", "--name", name, "--hostname", name, "--systemd=always", image, "/sbin/init"],
-                   capture_output=True, check=True)
-    wait_for_systemd(name)
-
-
 BAD = {
     "flavour_cuda_secure_boot": ("debian12-proprietary", [
         "Blackwell GPUs (0000:01:00.0) require the open kernel modules",
@@ -169,7 +162,7 @@ def bad_runs():
         images[bad] = image
     try:
         with concurrent.futures.ThreadPoolExecutor(max_workers=len(BAD)) as pool:
-            list(pool.map(lambda bad: _fresh_host(images[bad], names[bad]), BAD))
+            list(pool.map(lambda bad: start_fresh_host(images[bad], names[bad]), BAD))
         subprocess.run(["podman", "exec", names["rogue_key"], "mkdir", "-p", "/srv/gpuhost-repos"], check=True)
         subprocess.run(["podman", "cp", str(REPOS.resolve() / "rogue"), f"{names['rogue_key']}:/srv/gpuhost-repos/rogue"], check=True)
         with tempfile.NamedTemporaryFile("w", suffix=".yml", delete=False) as inv:
@@ -188,8 +181,7 @@ def bad_runs():
             out[bad] = (result["stats"][name], changed_tasks(result, name), " ".join(failed), repo_files[bad])
         return out
     finally:
-        for name in names.values():
-            subprocess.run(["podman", "rm", "-f", name], capture_output=True, check=False)
+        remove_hosts(list(names.values()))
 
 
 @pytest.mark.parametrize("bad_case", list(BAD))
