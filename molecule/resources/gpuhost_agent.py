@@ -1,4 +1,3 @@
-#!/usr/bin/python3
 """Test-only command agent for the Molecule test hosts, server and client.
 
 Starting ``podman exec`` costs about 0.2 s of CPU (podman, conmon and runc each start), and the upstream
