@@ -3,13 +3,20 @@
 Starting ``podman exec`` costs about 0.2 s of CPU (podman, conmon and runc each start), and the upstream
 podman connection adds a ``podman mount`` to every task; on the 2-core test machine that was a large part of
 a Molecule run. So create.yml starts this file once per test container, as ``podman exec -d ...
-gpuhost_agent.py SOCKET``: it runs in the container's namespaces, cgroup, environment, user and working
+gpuhost_agent.py serve SOCKET``: it runs in the container's namespaces, cgroup, environment, user and working
 directory exactly as a ``podman exec`` command does, and listens on a unix socket in a directory that
 create.yml bind-mounts from the controller (``/tmp/gpuhost-agent/<container>`` there, /run/gpuhost-agent in
 the container). For each connection it runs one command and returns its exit status, stdout and stderr.
 
 The clients are the gpuhost_podman connection plugin (every Ansible task) and gpuhost_testinfra's ``host``
 fixture (every testinfra command). Both fall back to ``podman exec`` for a container without a socket.
+
+On the controller, the same file sets the agents up (create.yml, destroy.yml and gpuhost_testinfra's fresh hosts):
+  gpuhost_agent.py prepare NAME...   a directory per container with this file in it; prints {NAME: volume} as JSON,
+                                     the bind mount to give the container
+  gpuhost_agent.py start NAME...     once the containers run: start each agent with podman exec -d, wait for sockets
+  gpuhost_agent.py forget NAME...    remove the directories
+In the container: gpuhost_agent.py serve SOCKET.
 
 Protocol, one command per connection:
   request   one JSON line {"argv": [...], "stdin": N or null}, then N bytes of standard input
@@ -21,12 +28,15 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import socketserver
 import subprocess
 import sys
+import time
 
-AGENT_DIR = "/tmp/gpuhost-agent"  # on the controller; create.yml and destroy.yml use the same path
+AGENT_DIR = "/tmp/gpuhost-agent"  # on the controller (the gpuhost_podman connection's agent_dir default)
+MOUNT = "/run/gpuhost-agent"  # in the container
 
 
 def socket_path(container: str, agent_dir: str = AGENT_DIR) -> str | None:
@@ -91,5 +101,54 @@ def serve(path: str) -> None:
         server.serve_forever()
 
 
+def prepare(names: list[str]) -> dict[str, str]:
+    """Give each container a fresh agent directory holding this file; return the bind mount each needs."""
+    volumes = {}
+    for name in names:
+        directory = os.path.join(AGENT_DIR, name)
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        if os.path.exists(os.path.join(directory, "agent.sock")):  # left by a container removed without destroy
+            os.unlink(os.path.join(directory, "agent.sock"))
+        shutil.copyfile(__file__, os.path.join(directory, "gpuhost_agent.py"))
+        volumes[name] = f"{directory}:{MOUNT}"
+    return volumes
+
+
+def start(names: list[str], timeout: float = 30.0) -> None:
+    """Start the agent in each running container (prepared, with its volume) and wait for the sockets."""
+    for name in names:
+        subprocess.run(["podman", "exec", "--detach", name, "/usr/bin/python3", f"{MOUNT}/gpuhost_agent.py", "serve",
+                        f"{MOUNT}/agent.sock"], check=True, capture_output=True)
+    deadline = time.monotonic() + timeout
+    waiting = list(names)
+    while waiting:
+        waiting = [name for name in waiting if socket_path(name) is None]
+        if waiting and time.monotonic() > deadline:
+            raise TimeoutError(f"no agent socket after {timeout:.0f} s in: {', '.join(waiting)}")
+        time.sleep(0.05)
+
+
+def forget(names: list[str]) -> None:
+    """Remove the containers' agent directories."""
+    for name in names:
+        shutil.rmtree(os.path.join(AGENT_DIR, name), ignore_errors=True)
+
+
+def main(argv: list[str]) -> int:
+    command, args = (argv[0], argv[1:]) if argv else ("", [])
+    if command == "serve" and len(args) == 1:
+        serve(args[0])
+    elif command == "prepare":
+        print(json.dumps(prepare(args)))
+    elif command == "start":
+        start(args)
+    elif command == "forget":
+        forget(args)
+    else:
+        print("usage: gpuhost_agent.py serve SOCKET | prepare NAME... | start NAME... | forget NAME...", file=sys.stderr)
+        return 2
+    return 0
+
+
 if __name__ == "__main__":
-    serve(sys.argv[1])
+    sys.exit(main(sys.argv[1:]))

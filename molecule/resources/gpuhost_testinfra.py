@@ -105,31 +105,17 @@ def wait_for_systemd(name: str) -> None:
 def start_fresh_host(image: str, name: str) -> None:
     """Start a fresh, unprepared systemd test container ``name`` with its command agent, as create.yml does."""
     remove_hosts([name])
-    agent_dir = Path(gpuhost_agent.AGENT_DIR) / name
-    agent_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    (agent_dir / "agent.sock").unlink(missing_ok=True)
-    (agent_dir / "gpuhost_agent.py").write_bytes(Path(gpuhost_agent.__file__).read_bytes())
-    subprocess.run(["podman", "run", "-d", "--name", name, "--hostname", name, "--systemd=always",
-                    "-v", f"{agent_dir}:/run/gpuhost-agent", image, "/sbin/init"], capture_output=True, check=True)
+    volume = gpuhost_agent.prepare([name])[name]
+    subprocess.run(["podman", "run", "-d", "--name", name, "--hostname", name, "--systemd=always", "-v", volume,
+                    image, "/sbin/init"], capture_output=True, check=True)
     wait_for_systemd(name)
-    subprocess.run(["podman", "exec", "--detach", name, "/usr/bin/python3", "/run/gpuhost-agent/gpuhost_agent.py",
-                    "/run/gpuhost-agent/agent.sock"], capture_output=True, check=True)
-    for _attempt in range(100):
-        if gpuhost_agent.socket_path(name):
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"the command agent in {name} did not create its socket")
+    gpuhost_agent.start([name])
 
 
 def remove_hosts(names: list[str]) -> None:
     """Remove test containers at once, without the stop grace time (they are thrown away), and their agent dirs."""
     subprocess.run(["podman", "rm", "--force", "--ignore", "--time", "0", *names], capture_output=True, check=False)
-    for name in names:
-        agent_dir = Path(gpuhost_agent.AGENT_DIR) / name
-        for path in (agent_dir / "agent.sock", agent_dir / "gpuhost_agent.py"):
-            path.unlink(missing_ok=True)
-        if agent_dir.is_dir():
-            agent_dir.rmdir()
+    gpuhost_agent.forget(names)
 
 
 def recorded_runs() -> list[dict]:
