@@ -82,6 +82,17 @@ def test_summary_file_says_what_each_role_did(summary, gpuhost_instance, family)
     assert "- the nvidia kernel module is not loaded" in text
 
 
+def test_parts_that_are_off_never_start(gpuhost_instance):
+    """vfio (no GPU named for passthrough) and verify (gpuhost_verify unset) end their plays for every host before
+    their roles start; every other part runs, in every run of site.yml (check, converge, idempotence)."""
+    site_runs = [run for run in recorded_runs() if Path(run["playbook"]).name == "converge.yml"]
+    assert len(site_runs) >= 3, [run["playbook"] for run in recorded_runs()]
+    expected = ["gpuhost.nvidia.gpu_compose", "gpuhost.nvidia.gpu_doctor", "gpuhost.nvidia.gpu_settings",
+                "gpuhost.nvidia.nvidia_container_toolkit", "gpuhost.nvidia.nvidia_driver"]
+    for run in site_runs:
+        assert run["roles"].get(gpuhost_instance) == expected, (run["check"], run["roles"].get(gpuhost_instance))
+
+
 def test_summary_names_what_the_driver_role_did(summary):
     assert any(line.strip().lstrip("- ").startswith("nvidia_driver: ") for line in summary), summary
 

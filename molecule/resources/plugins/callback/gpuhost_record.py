@@ -4,8 +4,9 @@ Molecule runs converge.yml in check mode on the freshly prepared hosts (check mo
 for real (converge), again (idempotence) and in check mode once more. This callback writes one JSON
 file per run to ``$MOLECULE_EPHEMERAL_DIRECTORY/gpuhost-runs/`` with the playbook, whether it ran in
 check mode, and per host the names of the tasks that reported ``changed`` (in order), the tasks that
-failed, and what ``ansible.builtin.debug`` tasks printed. The verify step compares those records (gpuhost_testinfra), so no run is repeated just to
-look at it. Runs started by the tests themselves set GPUHOST_RECORD_RUNS=0 and are not recorded.
+failed, what ``ansible.builtin.debug`` tasks printed, and the roles whose tasks ran or were skipped there (a
+role whose play ended for the host before it started is not among them). The verify step compares those records
+(gpuhost_testinfra), so no run is repeated just to look at it. Runs started by the tests themselves set GPUHOST_RECORD_RUNS=0 and are not recorded.
 """
 
 from __future__ import annotations
@@ -41,13 +42,19 @@ class CallbackModule(CallbackBase):
         self._changed: dict[str, list[str]] = {}
         self._failed: dict[str, list[str]] = {}
         self._printed: dict[str, list[dict]] = {}
+        self._roles: dict[str, set[str]] = {}
         self._started = time.time()
 
     def v2_playbook_on_start(self, playbook):
         self._playbook = playbook._file_name
 
     def _host(self, result) -> str:
-        return result._host.get_name()
+        """The result's host name; also notes the task's role as one that ran tasks (ran or skipped) on the host."""
+        host = result._host.get_name()
+        role = getattr(result._task, "_role", None)
+        if role is not None:
+            self._roles.setdefault(host, set()).add(role.get_name())
+        return host
 
     def v2_runner_on_ok(self, result):
         self._changed.setdefault(self._host(result), [])
@@ -80,6 +87,7 @@ class CallbackModule(CallbackBase):
             "changed": self._changed,
             "failed": self._failed,
             "printed": self._printed,
+            "roles": {host: sorted(roles) for host, roles in self._roles.items()},
             "seconds": round(time.time() - self._started, 1),
         }
         number = len(list(runs.glob("*.json"))) + 1
