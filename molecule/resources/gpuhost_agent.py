@@ -120,12 +120,12 @@ def start(names: list[str], timeout: float = 30.0) -> None:
         subprocess.run(["podman", "exec", "--detach", name, "/usr/bin/python3", f"{MOUNT}/gpuhost_agent.py", "serve",
                         f"{MOUNT}/agent.sock"], check=True, capture_output=True)
     deadline = time.monotonic() + timeout
-    waiting = list(names)
+    waiting = [name for name in names if socket_path(name) is None]
     while waiting:
-        waiting = [name for name in waiting if socket_path(name) is None]
-        if waiting and time.monotonic() > deadline:
+        if time.monotonic() > deadline:
             raise TimeoutError(f"no agent socket after {timeout:.0f} s in: {', '.join(waiting)}")
         time.sleep(0.05)
+        waiting = [name for name in waiting if socket_path(name) is None]
 
 
 def forget(names: list[str]) -> None:

@@ -70,19 +70,27 @@ class Connection(_upstream.Connection):
     transport = "gpuhost_podman"
     has_pipelining = True
 
-    def _agent_socket(self):
-        if self.user:  # the agent runs commands as root only
-            return None
-        return gpuhost_agent.socket_path(self._container_id, self.get_option("agent_dir"))
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._agent_path = None
 
     def _connect(self):
-        # `podman mount` (upstream) is only needed to copy files without the agent.
-        if self._agent_socket() is None:
+        # Whether the container has an agent is decided once per connection. `podman mount` (upstream) is only
+        # needed to copy files without it.
+        self._agent_path = None if self.user else gpuhost_agent.socket_path(  # the agent runs commands as root only
+            self._container_id, self.get_option("agent_dir"))
+        if self._agent_path is None:
             return super()._connect()
         ConnectionBase._connect(self)
         self._mount_point = None
         self._connected = True
         return self
+
+    def _agent_socket(self):
+        """The container's agent socket, or None: connects first if needed."""
+        if not self._connected:
+            self._connect()
+        return self._agent_path
 
     def _agent_run(self, path, argv, in_data=None):
         display.vvv(f"AGENT {argv}", host=self._container_id)
@@ -92,11 +100,9 @@ class Connection(_upstream.Connection):
             raise AnsibleError(f"the command agent of container {self._container_id} ({path}) failed: {exc}") from exc
 
     def exec_command(self, cmd, in_data=None, sudoable=False):
-        if not self._connected:
-            self._connect()
+        path = self._agent_socket()
         ConnectionBase.exec_command(self, cmd, in_data=in_data, sudoable=sudoable)
         argv = shlex.split(to_native(cmd, errors="surrogate_or_strict"))
-        path = self._agent_socket()
         if path is not None:
             return self._agent_run(path, argv, in_data)
         args = ["exec", "-i"] if in_data is not None else ["exec"]
