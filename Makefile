@@ -1,7 +1,8 @@
 # gpuhost.nvidia developer entry point.
 #   make test   every test tier (unit, sanity, lint, build, molecule); what CI runs
-#   make demo   converge playbooks/site.yml on a Debian 12 systemd test container and print a summary
-# Everything installs itself: the venv from requirements/dev.txt, podman/runc/debootstrap with apt.
+#   make demo   converge playbooks/site.yml on a Debian 12 systemd test container (hermetic: local signed mirror;
+#               UPSTREAM=1: NVIDIA's real repositories) and print a summary
+# Everything installs itself: the venv from requirements/dev.txt, the system packages of bindep.txt with apt.
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -16,11 +17,12 @@ export ANSIBLE_PYTHON_INTERPRETER := auto_silent
 export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/$(VENV)/$(SITE)
 ROLE ?=
 DISTRO ?=
+UPSTREAM ?= 0
 
 .PHONY: help venv deps images repos unit sanity lint changelog-lint build molecule test demo clean
 
 help:
-	@sed -n '2,5p' Makefile
+	@sed -n '2,6p' Makefile
 
 $(VENV)/.stamp: requirements/dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -36,17 +38,9 @@ $(COLLECTION_LINK): $(VENV)/.stamp
 
 venv: $(COLLECTION_LINK)
 
-# System packages the tiers need (Debian/Ubuntu), as "command:package" pairs: podman + runc
-# for the test hosts and debootstrap to build them; shellcheck for ansible-test's shellcheck
-# test; docker-compose for the compose merge tests; and the tools that build the local signed
-# apt/rpm/pacman test repositories (tests/repos/README.md).
-DEPS := podman:podman runc:runc debootstrap:debootstrap shellcheck:shellcheck docker-compose:docker-compose \
-	gpg:gnupg dpkg-deb:dpkg apt-ftparchive:apt-utils rpmbuild:rpm rpmsign:rpm createrepo_c:createrepo-c \
-	modifyrepo_c:createrepo-c repo-add:pacman-package-manager bsdtar:libarchive-tools zstd:zstd
+# System packages the tiers need, by package name from one list (bindep.txt), installed with apt.
 deps:
-	@missing=(); for pair in $(DEPS); do command -v $${pair%%:*} >/dev/null || missing+=($${pair#*:}); done; \
-	if (( $${#missing[@]} )); then echo "apt-get install $${missing[*]}"; apt-get update -qq; \
-	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$${missing[@]}" uidmap slirp4netns >/dev/null; fi
+	tests/deps/install.sh
 
 images: deps
 	tests/hosts/build.sh debian12 rocky9 arch
@@ -56,7 +50,7 @@ repos: venv deps
 	$(VBIN)/python tests/repos/build.py
 
 unit: venv deps
-	$(VBIN)/python -m pytest tests/unit -q -p no:cacheprovider
+	$(VBIN)/python -m pytest tests/unit -q -p no:cacheprovider -rs
 
 sanity: venv deps
 	tests/sanity/run.sh
@@ -78,8 +72,8 @@ molecule: venv images repos
 test: venv deps
 	tests/run_tiers.sh
 
-demo: venv images
-	tests/demo/run.sh
+demo: venv images repos
+	UPSTREAM=$(UPSTREAM) tests/demo/run.sh
 
 clean:
 	rm -rf $(VENV) .cache tests/output gpuhost-nvidia-*.tar.gz

@@ -3,7 +3,7 @@
 #   tests/hosts/build.sh [debian12|rocky9|arch ...]
 # Each image is tagged localhost/gpuhost-<name>:<key>, where <key> hashes the builder's files,
 # and re-tagged :latest. An image whose key already exists is reused, so a second run costs
-# about a second. Needs root; installs podman, runc and debootstrap with apt when missing.
+# about a second. Needs root; installs bindep.txt's packages with apt when missing (tests/deps/install.sh).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -11,16 +11,9 @@ export CONTAINERS_CONF="${CONTAINERS_CONF:-$here/containers.conf}"
 
 log() { printf '[hosts] %s\n' "$*" >&2; }
 
+# The system packages (podman, runc, debootstrap, ...) come from bindep.txt, by package name.
 ensure_tools() {
-    local missing=()
-    command -v podman >/dev/null || missing+=(podman)
-    command -v runc >/dev/null || missing+=(runc)
-    command -v debootstrap >/dev/null || missing+=(debootstrap)
-    if ((${#missing[@]})); then
-        log "installing ${missing[*]} with apt"
-        apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" uidmap slirp4netns >/dev/null
-    fi
+    "$here/../deps/install.sh" >&2
 }
 
 # The Debian mirror this machine already uses (air-gapped sites point it at their own).
