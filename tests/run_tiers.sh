@@ -4,6 +4,8 @@
 # The molecule tier runs in the background alongside the others (see below).
 # Exit 1 if any tier failed.
 set -uo pipefail
+# A test that needs a tool bindep.txt lists fails instead of skipping when the tool is absent (tests/unit/conftest.py).
+export GPUHOST_REQUIRE_TOOLS=1
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo" || exit 2
 logs="$repo/tests/output/tiers"
@@ -16,7 +18,12 @@ failed=0
 executed() {
     local log="$logs/$1.log"
     case "$1" in
-        unit) grep -Eo '[0-9]+ passed' "$log" | tail -n1 | sed 's/$/ pytest tests/' ;;
+        unit)
+            grep -Eo '[0-9]+ passed' "$log" | tail -n1 | sed 's/$/ pytest tests/' | tr -d '\n'
+            # Skips (files outside the repository, ../shared, that are absent): how many, and why.
+            grep -E '^SKIPPED \[[0-9]+\]' "$log" | sed -E 's/^SKIPPED \[([0-9]+)\] [^ ]+: /\1 \t/' \
+                | awk -F'\t' '{n[$2] += $1; total += $1} END {if (total) {printf ", %d skipped:", total; for (r in n) printf " [%d] %s;", n[r], r}}'
+            echo ;;
         changelog-lint) echo "$(find changelogs/fragments -name '*.yml' | wc -l) fragments" ;;
         lint) grep -Eo '[0-9]+ files processed' "$log" | tail -n1 | sed 's/$/ by ansible-lint/' ;;
         sanity) echo "$(grep -c '^Running sanity test' "$log") sanity tests" ;;

@@ -102,6 +102,7 @@ for name in "${scenarios[@]}"; do
     clean=$(sed 's/\x1b\[[0-9;]*m//g' "$out/$name.log")
     tests=$(grep -Eo '(PASSED|FAILED|ERROR) +\[' <<<"$clean" | grep -c PASSED || true)
     bad=$(grep -Eo '(FAILED|ERROR) +\[' <<<"$clean" | wc -l)
+    skipped=$(grep -Eo 'SKIPPED +\[' <<<"$clean" | wc -l)
     if [[ "$rc" == 0 ]]; then
         status=PASS
     else
@@ -111,7 +112,7 @@ for name in "${scenarios[@]}"; do
         tail -n 60 <<<"$clean"
     fi
     passed_tests=$((passed_tests + tests))
-    printf 'molecule %-28s %s  %3d s  testinfra: %d passed, %d failed\n' "$name" "$status" "$secs" "$tests" "$bad"
+    printf 'molecule %-28s %s  %3d s  testinfra: %d passed, %d failed, %d skipped\n' "$name" "$status" "$secs" "$tests" "$bad" "$skipped"
 done
 printf 'molecule: %d passed, %d failed\n' "$((${#scenarios[@]} - failed))" "$failed"
 [[ $failed -eq 0 ]]

@@ -18,8 +18,12 @@ from gpuhost_testinfra import test_check_after_converge_changes_nothing, test_ch
 
 PROJECT = Path(os.environ.get("MOLECULE_PROJECT_DIRECTORY", Path(__file__).resolve().parents[3]))
 SCENARIO = Path(__file__).resolve().parents[1]
-CDI_SCHEMA = Path("/work/shared/schemas/cdi-spec.json")
+# The schemas are shared next to the repository (<repo>/../shared), never copied into it.
+CDI_SCHEMA = PROJECT.parent / "shared" / "schemas" / "cdi-spec.json"
 DOCKERD = PROJECT / ".cache/dockerd-trixie/root/usr/sbin/dockerd"
+# The same package's docker-proxy: dockerd's validation of the default userland-proxy looks for it, and must not
+# depend on what else the machine has on PATH.
+DOCKER_PROXY = DOCKERD.parent / "docker-proxy"
 EXPECTED = {
     # instance family: (installed toolkit version, configured runtimes)
     "debian12": ("1.17.8", ["docker", "containerd", "crio"]),
@@ -99,12 +103,14 @@ def test_daemon_json_validates_with_dockerd(host, gpuhost_instance):
     assert DOCKERD.is_file(), f"{DOCKERD} is missing: prepare downloads Debian trixie's docker.io"
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
         handle.write(host.file("/etc/docker/daemon.json").content_string)
-    proc = subprocess.run([str(DOCKERD), "--validate", "--config-file", handle.name], capture_output=True, text=True, check=False)
+    validate = [str(DOCKERD), "--validate", "--userland-proxy-path", str(DOCKER_PROXY), "--config-file", handle.name]
+    env = {"PATH": "/nonexistent", "LC_ALL": "C"}  # nothing from the machine's PATH: the package's own binaries only
+    proc = subprocess.run(validate, capture_output=True, text=True, check=False, env=env)
     assert proc.returncode == 0 and "configuration OK" in proc.stdout + proc.stderr, proc.stderr
     # the validator is real: an unknown directive fails
     Path(handle.name).write_text('{"nvidia-runtime": true}')
-    proc = subprocess.run([str(DOCKERD), "--validate", "--config-file", handle.name], capture_output=True, text=True, check=False)
-    assert proc.returncode != 0
+    proc = subprocess.run(validate, capture_output=True, text=True, check=False, env=env)
+    assert proc.returncode != 0 and "nvidia-runtime" in proc.stderr, proc.stderr
 
 
 def test_containerd_config_dump_shows_the_merge(host, gpuhost_instance):

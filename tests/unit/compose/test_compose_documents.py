@@ -68,7 +68,7 @@ def test_document_with_kept_services_matches_the_spec(facts, compose_validator):
 def docker_compose() -> str:
     binary = shutil.which("docker-compose")
     if binary is None:
-        pytest.skip("docker-compose is not installed (apt-get install --no-install-recommends docker-compose)")
+        pytest.skip("tool missing: docker-compose (bindep.txt; tests/deps/install.sh)")
     return binary
 
 

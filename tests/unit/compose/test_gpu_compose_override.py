@@ -309,7 +309,7 @@ def test_validate_with_missing_base_file(run, project, facts, monkeypatch):
     assert failed and "compose file(s) to validate with do not exist" in result["msg"]
 
 
-@pytest.mark.skipif(shutil.which("docker-compose") is None, reason="docker-compose is not installed")
+@pytest.mark.skipif(shutil.which("docker-compose") is None, reason="tool missing: docker-compose (bindep.txt; tests/deps/install.sh)")
 def test_validate_with_the_real_docker_compose(run, project, facts):
     failed, result = run(args_for(project, facts, validate=True, services=[{"name": "app", "device_ids": [0]}, {"name": "web"}]))
     assert not failed, result
@@ -317,7 +317,7 @@ def test_validate_with_the_real_docker_compose(run, project, facts):
     assert result["changed"] and (project / "docker-compose.gpu.yml").exists()
 
 
-@pytest.mark.skipif(shutil.which("docker-compose") is None, reason="docker-compose is not installed")
+@pytest.mark.skipif(shutil.which("docker-compose") is None, reason="tool missing: docker-compose (bindep.txt; tests/deps/install.sh)")
 def test_real_docker_compose_rejects_a_broken_merge(run, project, facts):
     # The base file has a misspelt key: the merged project is invalid, so the override is not written.
     (project / "docker-compose.yml").write_text("services:\n  web:\n    image: busybox\n    restrat: always\n", encoding="utf-8")
