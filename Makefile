@@ -1,5 +1,6 @@
 # gpuhost.nvidia developer entry point.
 #   make test   every test tier (unit, sanity, lint, build, molecule); what CI runs
+#   make rehearsal  .ci/run from a clean clone in a bare Debian 12 container (SCENARIOS="a b": fewer Molecule scenarios)
 #   make demo   converge playbooks/site.yml on a Debian 12 systemd test container (hermetic: local signed mirror;
 #               UPSTREAM=1: NVIDIA's real repositories) and print a summary
 # Everything installs itself: the venv from requirements/dev.txt, the system packages of bindep.txt with apt.
@@ -18,11 +19,12 @@ export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/$(VENV)/$(SITE)
 ROLE ?=
 DISTRO ?=
 UPSTREAM ?= 0
+SCENARIOS ?=
 
-.PHONY: help venv deps images repos unit sanity lint changelog-lint build molecule test demo clean
+.PHONY: help venv deps images repos unit sanity lint changelog-lint build molecule test demo rehearsal clean
 
 help:
-	@sed -n '2,6p' Makefile
+	@sed -n '2,7p' Makefile
 
 $(VENV)/.stamp: requirements/dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -71,6 +73,11 @@ molecule: venv images repos
 
 test: venv deps
 	tests/run_tiers.sh
+
+# CI on a brand-new machine: .ci/run from a clean clone of HEAD in a bare Debian 12 container (nested podman).
+# SCENARIOS="a b" limits the Molecule scenarios (the summary names the ones left out).
+rehearsal: deps
+	SCENARIOS="$(SCENARIOS)" tests/rehearsal/run.sh
 
 demo: venv images repos
 	UPSTREAM=$(UPSTREAM) tests/demo/run.sh

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build (or reuse) the podman test hosts.
 #   tests/hosts/build.sh [debian12|rocky9|arch ...]
+#   tests/hosts/build.sh --bare      the bare debootstrap image only (printed tag)
 # Each image is tagged localhost/gpuhost-<name>:<key>, where <key> hashes the builder's files,
 # and re-tagged :latest. An image whose key already exists is reused, so a second run costs
 # about a second. Needs root; installs bindep.txt's packages with apt when missing (tests/deps/install.sh).
@@ -52,10 +53,16 @@ build_base() {
     rm -rf "$rootfs"
 }
 
+# The bare Debian 12 (debootstrap minbase) image every test image starts from, and that `make rehearsal` runs
+# .ci/run in as a brand-new machine. Keyed by this script alone: only the recipe above shapes it.
+bare_tag() {
+    echo "localhost/gpuhost-bookworm-base:$(sha256sum "$here/build.sh" | cut -c1-12)"
+}
+
 build_debian12() {
     local key="$1" mirror base
     mirror=$(debian_mirror)
-    base="localhost/gpuhost-bookworm-base:$key"
+    base=$(bare_tag)
     build_base "$base" "$mirror"
     log "building localhost/gpuhost-debian12:$key"
     podman build --quiet --build-arg "BASE=$base" --build-arg "MIRROR=$mirror" \
@@ -96,6 +103,11 @@ build_one() {
 main() {
     ensure_tools
     local name
+    if [[ "${1:-}" == --bare ]]; then  # build (or reuse) the bare image; print its tag
+        build_base "$(bare_tag)" "$(debian_mirror)"
+        bare_tag
+        return
+    fi
     for name in "${@:-debian12}"; do
         [[ -d "$here/$name" && -f "$here/$name/Containerfile" ]] || { log "unknown test host '$name' (have: debian12 rocky9 arch)"; exit 2; }
         build_one "$name"

@@ -2,7 +2,7 @@
 # Run Molecule scenarios (create -> converge -> idempotence -> check -> verify -> destroy)
 # and print one line per scenario with its result, testinfra counts and wall time.
 #   tests/molecule/run.sh [SCENARIO] [DISTRO]
-# SCENARIO: a directory under molecule/ (default: all of them). DISTRO: debian12, rocky9 or arch;
+# SCENARIO: a directory under molecule/, or several separated by spaces (default: $MOLECULE_SCENARIOS, else all). DISTRO: debian12, rocky9 or arch;
 # only that family's platforms run (`molecule test -s S --platform-name P`, once per platform of the
 # scenario whose name has the DISTRO as one of its dash-separated parts), and a scenario without such a
 # platform is skipped with a message. DISTRO is also exported to the scenarios as GPUHOST_DISTRO.
@@ -10,7 +10,7 @@
 set -uo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$repo" || exit 2
-want="${1:-}"
+want="${1:-${MOLECULE_SCENARIOS:-}}"
 export GPUHOST_DISTRO="${2:-}"
 jobs="${MOLECULE_JOBS:-2}"
 out="$repo/tests/output/molecule"
@@ -43,7 +43,7 @@ scenarios=()
 for name in "${LONGEST_FIRST[@]}" $(find molecule -mindepth 2 -maxdepth 2 -name molecule.yml -printf '%h\n' | sed 's|molecule/||' | sort); do
     [[ -f "molecule/$name/molecule.yml" ]] || continue
     [[ " ${scenarios[*]} " == *" $name "* ]] && continue
-    [[ -z "$want" || "$want" == "$name" ]] && scenarios+=("$name")
+    [[ -z "$want" || " $want " == *" $name "* ]] && scenarios+=("$name")
 done
 if [[ ${#scenarios[@]} -eq 0 ]]; then
     echo "no Molecule scenario matches '${want}' (have: $(find molecule -mindepth 2 -maxdepth 2 -name molecule.yml -printf '%h ' | sed 's|molecule/||g'))" >&2
