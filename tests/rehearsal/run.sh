@@ -60,7 +60,6 @@ log "running .ci/run in $name (Molecule scenarios: ${scenarios:-all}); log: test
 start=$SECONDS
 rc=0
 podman run --rm --name "$name" --privileged --hostname "$name" \
-    --ulimit nofile=65536:65536 \
     -e CI=true -e MOLECULE_SCENARIOS="$scenarios" \
     -v "$work:/rehearsal" "$base" bash -c "$inner" >"$out/ci.log" 2>&1 || rc=$?
 secs=$((SECONDS - start))
