@@ -2,26 +2,38 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""Write a rendered file atomically, with a diff, an optional backup and an optional validation of the new content.
+"""Every file a module reads or writes: refusals, reads, atomic writes with a diff, backups, removal.
 
 Private to this collection: no compatibility promise outside gpuhost.nvidia.
 
 Usage from a module::
 
-    result = write_file(module, path, content_bytes, backup=module.params["backup"], validate=check_fn)
+    try:
+        before = read_bytes(path, "path")
+    except FileError as exc:
+        module.fail_json(msg=str(exc), path=exc.path)
+    result = write_file(module, path, content_bytes, backup=module.params["backup"], validate=check_fn, what="path")
     module.exit_json(changed=result.changed, diff=result.diff, backup_file=result.backup_file)
+
+Before anything is read or written, the path is inspected (:func:`check_file`, :func:`check_directory`): a
+directory where a file belongs, a FIFO, socket or device, a symbolic link to nothing (or a loop), and a path under
+something that is not a directory are refused with :class:`FileError`, whose message names the option (``what``)
+and the path. A file is read through a non-blocking descriptor that is checked again, so a FIFO swapped in later
+cannot hang the module, and files larger than ``MAX_READ`` are refused.
 
 ``write_file`` compares the bytes with what is on disk and writes only when they differ. The new content goes to a
 temporary file in the destination's directory, is validated there, and replaces the destination with
-``module.atomic_move``, which keeps the existing file's mode, owner and SELinux context. In check mode nothing is
-written in the destination's directory; ``validate`` then gets a temporary copy in the module's own temporary
-directory. When the module has the common file arguments (``add_file_common_args=True``), the requested mode, owner
-and group are applied too, and count as a change.
+``module.atomic_move``, which keeps the existing file's mode, owner and SELinux context. The temporary file is
+removed on every failure. In check mode nothing is written in the destination's directory; ``validate`` then gets a
+temporary copy in the module's own temporary directory. When the module has the common file arguments
+(``add_file_common_args=True``), the requested mode, owner and group are applied too, and count as a change.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 import tempfile
 import typing as t
 from dataclasses import dataclass, field
@@ -30,6 +42,17 @@ if t.TYPE_CHECKING:  # pragma: no cover
     from ansible.module_utils.basic import AnsibleModule
 
 Validator = t.Callable[[str], None]
+# No configuration file this collection reads is anywhere near this size; a bigger one is not what it seems.
+MAX_READ = 32 * 1024 * 1024
+
+
+class FileError(Exception):
+    """A path that cannot be used: its message names the option and the path."""
+
+    def __init__(self, what: str, path: str, problem: str):
+        self.what = what
+        self.path = path
+        super().__init__("%s %r %s" % (what, path, problem))
 
 
 @dataclass
@@ -43,13 +66,149 @@ class WriteResult:
     backup_file: str | None = None
 
 
-def read_bytes(path: str) -> bytes | None:
-    """The file's bytes, or None when it does not exist."""
+_KINDS = (
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISREG(mode):
+        return "a regular file"
+    return next((name for test, name in _KINDS if test(mode)), "a special file")
+
+
+def _os_problem(exc: OSError) -> str:
+    if exc.errno == errno.ELOOP:
+        return "is a loop of symbolic links"
+    if exc.errno == errno.ENAMETOOLONG:
+        return "is too long for the file system"
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return "cannot be read: permission denied"
+    return "cannot be used: %s" % (exc.strerror or exc)
+
+
+def _check_ancestors(path: str, what: str) -> None:
+    """The nearest existing ancestor of ``path`` must be a directory (following symbolic links)."""
+    current = os.path.dirname(path)
+    while True:
+        try:
+            st = os.stat(current)
+        except FileNotFoundError:
+            if os.path.islink(current):
+                raise FileError(what, path, "sits under %r, a symbolic link to %r, which does not exist"
+                                % (current, os.readlink(current))) from None
+            parent = os.path.dirname(current)
+            if parent == current:  # pragma: no cover - "/" always exists
+                return
+            current = parent
+            continue
+        except NotADirectoryError:
+            parent = os.path.dirname(current)
+            if parent == current:  # pragma: no cover
+                raise
+            current = parent
+            continue
+        except OSError as exc:
+            raise FileError(what, path, "sits under %r, which %s" % (current, _os_problem(exc)[3:])) from None
+        if not stat.S_ISDIR(st.st_mode):
+            raise FileError(what, path, "sits under %r, which is %s, not a directory" % (current, _kind(st.st_mode)))
+        return
+
+
+def _stat(path: str, what: str) -> os.stat_result | None:
+    """The status of ``path`` (following links); None when it does not exist and could be created."""
+    if "\x00" in path:
+        raise FileError(what, path, "holds a NUL character")
     try:
-        with open(path, "rb") as handle:
-            return handle.read()
+        return os.stat(path)
+    except FileNotFoundError:
+        if os.path.islink(path):
+            raise FileError(what, path, "is a symbolic link to %r, which does not exist" % os.readlink(path)) from None
+        _check_ancestors(path, what)
+        return None
+    except NotADirectoryError:
+        _check_ancestors(path, what)
+        raise FileError(what, path, "sits under something that is not a directory") from None  # pragma: no cover
+    except OSError as exc:
+        raise FileError(what, path, _os_problem(exc)) from None
+
+
+def check_file(path: str, what: str = "path") -> bool:
+    """Whether the regular file ``path`` exists. Raises FileError for anything else there, or above it."""
+    st = _stat(path, what)
+    if st is None:
+        return False
+    if not stat.S_ISREG(st.st_mode):
+        raise FileError(what, path, "is %s, not a regular file" % _kind(st.st_mode))
+    return True
+
+
+def check_directory(path: str, what: str = "path") -> bool:
+    """Whether the directory ``path`` exists. Raises FileError when something else is there, or above it."""
+    st = _stat(path, what)
+    if st is None:
+        return False
+    if not stat.S_ISDIR(st.st_mode):
+        raise FileError(what, path, "is %s, not a directory" % _kind(st.st_mode))
+    return True
+
+
+def read_bytes(path: str, what: str = "path", max_size: int = MAX_READ) -> bytes | None:
+    """The file's bytes, or None when it does not exist. Raises FileError when ``path`` is not a regular file."""
+    if not check_file(path, what):
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
         return None
+    except OSError as exc:
+        raise FileError(what, path, _os_problem(exc)) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise FileError(what, path, "is %s, not a regular file" % _kind(st.st_mode))
+        if st.st_size > max_size:
+            raise FileError(what, path, "is larger than %d bytes; it is not a file this module reads" % max_size)
+        with os.fdopen(fd, "rb") as handle:
+            fd = -1
+            data = handle.read(max_size + 1)
+    except OSError as exc:
+        raise FileError(what, path, _os_problem(exc)) from None
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    if len(data) > max_size:
+        raise FileError(what, path, "is larger than %d bytes; it is not a file this module reads" % max_size)
+    return data
+
+
+def make_dirs(directory: str, what: str = "path", mode: int = 0o755) -> bool:
+    """Create ``directory`` and its missing parents; whether it had to be created. Raises FileError."""
+    if check_directory(directory, what):
+        return False
+    try:
+        os.makedirs(directory, mode=mode, exist_ok=True)
+    except OSError as exc:
+        raise FileError(what, directory, "cannot be created: %s" % (exc.strerror or exc)) from None
+    return True
+
+
+def remove(path: str, what: str = "path") -> bool:
+    """Remove the regular file ``path`` (or a link to one); whether it existed. Raises FileError."""
+    if not check_file(path, what):
+        return False
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise FileError(what, path, "cannot be removed: %s" % (exc.strerror or exc)) from None
+    return True
 
 
 def _text(data: bytes | None) -> str:
@@ -67,7 +226,7 @@ def make_diff(path: str, before: bytes | None, after: bytes) -> dict[str, t.Any]
 
 
 def _temp_copy(directory: str, name: str, content: bytes) -> str:
-    fd, tmp = tempfile.mkstemp(prefix=".%s." % name, suffix=".tmp", dir=directory)
+    fd, tmp = tempfile.mkstemp(prefix=".%s." % name[:100], suffix=".tmp", dir=directory)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(content)
@@ -77,6 +236,14 @@ def _temp_copy(directory: str, name: str, content: bytes) -> str:
         _remove(tmp)
         raise
     return tmp
+
+
+def _temp_or_fail(module: AnsibleModule, directory: str, path: str, content: bytes, what: str) -> str:
+    try:
+        return _temp_copy(directory, os.path.basename(path), content)
+    except OSError as exc:
+        module.fail_json(msg="%s %r: cannot write a temporary file in %r: %s" % (what, path, directory, exc.strerror or exc), path=path)
+    raise AssertionError("fail_json returned")  # pragma: no cover
 
 
 def _remove(path: str | None) -> None:
@@ -94,21 +261,24 @@ def write_file(
     backup: bool = False,
     validate: Validator | None = None,
     validate_unchanged: bool = False,
+    what: str = "path",
 ) -> WriteResult:
     """Make ``path`` hold ``content``. See the module docstring.
 
     ``validate(tmp_path)`` is called before anything is replaced; it reports a problem by calling
     ``module.fail_json`` (or raising), and the destination is then left untouched. It runs only when the content
-    changes, unless ``validate_unchanged`` is set.
+    changes, unless ``validate_unchanged`` is set. A path that cannot be written (see :func:`check_file`) fails the
+    module, naming ``what`` and the path, before anything is written.
     """
     path = os.path.abspath(path)
     directory = os.path.dirname(path)
-    if not os.path.isdir(directory):
-        module.fail_json(msg="The directory %s of %s does not exist" % (directory, path), path=path)
-    if os.path.isdir(path):
-        module.fail_json(msg="%s is a directory, not a file" % path, path=path)
+    try:
+        if not check_directory(directory, what):
+            module.fail_json(msg="%s %r: its directory %r does not exist" % (what, path, directory), path=path)
+        before = read_bytes(path, what)
+    except FileError as exc:
+        module.fail_json(msg=str(exc), path=path)
 
-    before = read_bytes(path)
     content_changed = before != content
     result = WriteResult(changed=content_changed, content_changed=content_changed, existed=before is not None)
     result.diff = make_diff(path, before, content)
@@ -117,7 +287,7 @@ def write_file(
         # The copy goes next to the destination only when it is about to replace it; otherwise (check mode, or
         # unchanged content) it goes to the module's temporary directory.
         will_move = content_changed and not module.check_mode
-        tmp = _temp_copy(directory if will_move else module.tmpdir, os.path.basename(path), content)
+        tmp = _temp_or_fail(module, directory if will_move else module.tmpdir, path, content, what)
         try:
             validate(tmp)
         except BaseException:
@@ -127,7 +297,7 @@ def write_file(
             _remove(tmp)
             tmp = None
     elif content_changed and not module.check_mode:
-        tmp = _temp_copy(directory, os.path.basename(path), content)
+        tmp = _temp_or_fail(module, directory, path, content, what)
     else:
         tmp = None
 

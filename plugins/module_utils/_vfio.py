@@ -20,6 +20,7 @@ import shlex
 import typing as t
 
 from ansible_collections.gpuhost.nvidia.plugins.module_utils._common import normalize_bus_id
+from ansible_collections.gpuhost.nvidia.plugins.module_utils._validate import SHELL_VARIABLE_RE, KernelArgument, InputError
 
 VFIO_DRIVER = "vfio-pci"
 PASSTHROUGH_DRIVERS = ("vfio-pci", "pci-stub")
@@ -421,36 +422,162 @@ def remove_args(current: str, args: t.Iterable[str]) -> str:
 
 
 _ASSIGN_RE_TEMPLATE = r'^(?P<prefix>\s*(?:export\s+)?%s=)(?P<value>"[^"]*"|\'[^\']*\'|[^\s#]*)(?P<rest>.*)$'
+# What a bare (unquoted) value may hold so that the shell reads it as one plain word.
+_BARE_VALUE_RE = re.compile(r"^[A-Za-z0-9_.,:/=+@%-]*$")
+_REST_RE = re.compile(r"^[ \t]*(#.*)?$")
+_NAME_RE_TEMPLATE = r"(?<![A-Za-z0-9_])%s(?![A-Za-z0-9_])"
+
+
+def shell_structure(content: str) -> tuple[list[bool], dict[int, int]]:
+    """Where a shell-style defaults file's lines start, and where their comments begin.
+
+    Returns, per line, whether it starts at the top level (outside quotes, command substitutions and continued
+    lines), and the column where a top-level comment begins, by line number. Raises ValueError when a quote or a
+    substitution is never closed, or the file ends with a continued line: such a file cannot be edited with
+    certainty.
+    """
+    top: list[bool] = []
+    comments: dict[int, int] = {}
+    stack: list[tuple[str, int]] = []
+    index, size = 0, len(content)
+    line, line_offset = -1, 0
+    new_line, continued, word_start = True, False, True
+    while index < size:
+        if new_line:
+            line += 1
+            line_offset = index
+            top.append(not stack and not continued)
+            new_line, continued, word_start = False, False, True
+        char = content[index]
+        nxt = content[index + 1] if index + 1 < size else ""
+        context = stack[-1][0] if stack else ""
+        if char == "\n":
+            new_line = True
+            index += 1
+            continue
+        if context == "'":
+            if char == "'":
+                stack.pop()
+            index += 1
+            continue
+        if char == "\\":
+            if nxt == "\n":
+                new_line, continued = True, True
+            index += 2
+            word_start = False
+            continue
+        if context == '"':
+            if char == '"':
+                stack.pop()
+            elif char == "`":
+                stack.append(("`", line + 1))
+            elif char == "$" and nxt in "({":
+                stack.append(("$" + nxt, line + 1))
+                index += 1
+            index += 1
+            continue
+        if char == "#" and word_start and context != "${":
+            if not stack:
+                comments[line] = index - line_offset
+            end = content.find("\n", index)
+            index = size if end < 0 else end
+            continue
+        if char in "'\"":
+            stack.append((char, line + 1))
+        elif char == "`":
+            if context == "`":
+                stack.pop()
+            else:
+                stack.append(("`", line + 1))
+        elif char == "$" and nxt in "({":
+            stack.append(("$" + nxt, line + 1))
+            index += 2
+            word_start = nxt == "("
+            continue
+        elif char == "(" and context in ("$(", "("):
+            stack.append(("(", line + 1))
+        elif char == ")" and context in ("$(", "("):
+            stack.pop()
+        elif char == "}" and context == "${":
+            stack.pop()
+        word_start = char in " \t;&|()"
+        index += 1
+    if stack:
+        kind = {"'": "single quote", '"': "double quote", "`": "backtick", "$(": "$( substitution", "(": "parenthesis",
+                "${": "${ expansion"}[stack[-1][0]]
+        raise ValueError("the %s opened on line %d is never closed" % (kind, stack[-1][1]))
+    if continued:
+        raise ValueError("its last line ends with a backslash, so a line appended to it would continue that line")
+    return top, comments
+
+
+def _plain_ascii(text: str, allow_newline: bool = False) -> bool:
+    """Printable ASCII, spaces and tabs (and newlines when allowed) only."""
+    return all(" " <= c <= "~" or c == "\t" or (allow_newline and c == "\n") for c in text)
+
+
+def _assignment(line: str, variable: str, number: int) -> tuple[re.Match[str], str, str]:
+    """The match, quote and value of ``VARIABLE=...`` on one line; ValueError when it is not certain."""
+    match = re.match(_ASSIGN_RE_TEMPLATE % re.escape(variable), line)
+    if match is None:
+        raise ValueError("line %d sets or uses %s in a way this module cannot edit with certainty: %r; edit it by hand"
+                         % (number, variable, line))
+    raw = match.group("value")
+    if "$" in raw or "`" in raw:
+        raise ValueError("%s uses shell expansion (%s); edit it by hand or move the expansion out of it" % (variable, raw))
+    if raw[:1] in ('"', "'"):
+        quote = raw[0]
+        if len(raw) < 2 or not raw.endswith(quote):
+            raise ValueError("line %d: the value of %s has no closing %s quote: %r" % (number, variable, quote, line))
+        value = raw[1:-1]
+        if quote == '"' and "\\" in value:
+            raise ValueError("line %d: the value of %s holds a backslash escape: %r; edit it by hand" % (number, variable, line))
+    else:
+        quote, value = '"', raw
+        if not _BARE_VALUE_RE.match(value):
+            raise ValueError("line %d: the unquoted value of %s holds characters the shell interprets: %r; quote it by hand"
+                             % (number, variable, line))
+    if not _REST_RE.match(match.group("rest")):
+        raise ValueError("line %d: more follows the value of %s: %r; this module edits only a plain assignment"
+                         % (number, variable, line))
+    if not _plain_ascii(value):
+        raise ValueError("line %d: the value of %s holds a character outside printable ASCII: %r" % (number, variable, line))
+    return match, quote, value
 
 
 def edit_shell_variable(content: str, variable: str, edit: t.Callable[[str], str]) -> tuple[str, str | None]:
     """Apply ``edit`` to the value of ``VARIABLE="..."`` in a shell-style defaults file (the last assignment wins).
 
     Returns the new content and the old value (None when the variable was not assigned; it is then appended).
-    Only double-quoted, single-quoted and bare values without expansions are edited.
+    The file must be certain: every quote and substitution closed, and every line that names the variable (outside
+    comments) either a plain assignment (double-quoted without expansions or escapes, single-quoted, or a bare
+    word), possibly exported and followed by a comment, or ``export VARIABLE``. Anything else raises ValueError.
     """
-    pattern = re.compile(_ASSIGN_RE_TEMPLATE % re.escape(variable))
+    if not SHELL_VARIABLE_RE.match(variable or ""):
+        raise ValueError("%r is not a shell variable name" % variable)
+    top, comments = shell_structure(content)
+    name = re.compile(_NAME_RE_TEMPLATE % re.escape(variable))
+    export_only = re.compile(r"^[ \t]*export[ \t]+%s[ \t]*(#.*)?$" % re.escape(variable))
     lines = content.splitlines(keepends=True)
     index = None
     for number, line in enumerate(lines):
-        if pattern.match(line.rstrip("\n")):
-            index = number
+        body = line.rstrip("\n")
+        code = body[:comments[number]] if number in comments else body
+        if not name.search(code):
+            continue
+        if not top[number]:
+            raise ValueError("line %d names %s inside a quoted string or a continued line; edit it by hand" % (number + 1, variable))
+        if export_only.match(body):
+            continue
+        _assignment(body, variable, number + 1)
+        index = number
     if index is None:
         new_value = edit("")
         sep = "" if not content or content.endswith("\n") else "\n"
         return content + sep + '%s="%s"\n' % (variable, new_value), None
     line = lines[index]
     ending = "\n" if line.endswith("\n") else ""
-    match = pattern.match(line.rstrip("\n"))
-    if match is None:  # pragma: no cover - the same pattern matched this line above
-        raise ValueError("%s: the assignment could not be parsed" % variable)
-    raw = match.group("value")
-    if raw[:1] in ('"', "'"):
-        quote, value = raw[0], raw[1:-1]
-    else:
-        quote, value = '"', raw
-    if "$" in value or "`" in value:
-        raise ValueError("%s uses shell expansion (%s); edit it by hand or move the expansion out of it" % (variable, raw))
+    match, quote, value = _assignment(line.rstrip("\n"), variable, index + 1)
     new = edit(value)
     lines[index] = "%s%s%s%s%s%s" % (match.group("prefix"), quote, new, quote, match.group("rest"), ending)
     return "".join(lines), value
@@ -480,6 +607,19 @@ def plan_cmdline_file(
     """
     result: dict[str, t.Any] = {"content": content, "before": None, "after": None, "added": [], "removed": [],
                                 "ours": [], "errors": []}
+    # The module checks its options first; this guard keeps every caller from writing anything else into a file
+    # that the bootloader tooling runs as shell.
+    refused = []
+    for number, arg in enumerate(args if state == "present" else []):
+        try:
+            KernelArgument()("args[%d]" % number, arg)
+        except InputError as exc:
+            refused.append(str(exc))
+    if variable and not SHELL_VARIABLE_RE.match(variable):
+        refused.append("variable: %r is not a shell variable name" % variable)
+    if refused:
+        result["errors"] = refused
+        return result
     if content is None:
         if state == "absent":
             return result
@@ -507,6 +647,10 @@ def plan_cmdline_file(
             return result
     else:
         body = content.rstrip("\n")
+        if not _plain_ascii(body, allow_newline=True):
+            bad = next(c for c in body if not _plain_ascii(c, allow_newline=True))
+            result["errors"].append("the command line holds %r, a character outside printable ASCII; edit it by hand" % bad)
+            return result
         new_body = edit(body)
         new_content = content if new_body == body else new_body + (content[len(body):] or "\n")
     result["errors"] = list(changes.get("errors", []))

@@ -38,18 +38,29 @@ attributes:
     description: Linux hosts.
 options:
   path:
-    description: The file that holds the kernel command line.
+    description:
+      - The file that holds the kernel command line. An absolute path of printable ASCII, without C(.) or C(..)
+        components; a directory, a special file, a symbolic link to nothing or a path under a file is refused.
     type: path
     required: true
   variable:
     description:
       - The shell variable in O(path) that holds the command line. The last assignment is edited; it is appended when
-        the file has none.
+        the file has none. A shell variable name (letters, digits and C(_), not starting with a digit).
+      - The file must be certain to parse. Every quote and command substitution in it is closed, and each line that
+        names the variable outside a comment is C(VARIABLE="..."), C(VARIABLE='...') or C(VARIABLE=word), maybe with
+        C(export) and a trailing comment, or C(export VARIABLE). The value may not hold expansions, backslash escapes
+        or characters outside printable ASCII. Any other file is refused and left as it is.
       - Empty for a file that is the command line itself, such as C(/etc/kernel/cmdline).
     type: str
     default: GRUB_CMDLINE_LINUX
   args:
-    description: The arguments to ensure (O(state=present)), each a whole token such as V(intel_iommu=on).
+    description:
+      - The arguments to ensure (O(state=present)), each a whole token such as V(intel_iommu=on).
+      - Each argument is printable ASCII of letters, digits and C(_ . , : / = + @ % -) only, starts with a parameter
+        name and is at most 1024 characters long. Whitespace, quotes, C($), backticks, backslashes, C(;) and every
+        other shell metacharacter are refused, naming the argument, because grub-mkconfig runs the file as shell.
+        Give two arguments as two list items.
     type: list
     elements: str
     default: []
@@ -131,19 +142,36 @@ import typing as t
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_bytes, to_text
 
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _files, _vfio
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _files, _validate, _vfio
+
+# Checked before the host is read. The arguments and the variable end up in a file that grub-mkconfig runs as shell.
+RULES: dict[str, _validate.Rule] = {
+    "path": _validate.Path(),
+    "variable": _validate.Identifier(_validate.SHELL_VARIABLE_RE, "a shell variable name such as GRUB_CMDLINE_LINUX"),
+    "args": _validate.ListOf(_validate.KernelArgument(), max_items=64),
+    "record": _validate.Path(),
+}
 
 
-def _load_record(module: AnsibleModule, path: str) -> dict[str, list[str]]:
-    data = _files.read_bytes(path)
+def check_options(params: dict[str, t.Any]) -> list[str]:
+    """Everything wrong with the options, before anything is read from the host."""
+    errors = _validate.check({k: v for k, v in params.items() if not (k == "variable" and v == "")}, RULES)
+    if not errors and params["path"] == params["record"]:
+        errors.append("record: %r is the command-line file itself; choose another file" % params["record"])
+    return errors
+
+
+def load_record(path: str) -> dict[str, list[str]]:
+    """The record, by command-line file. Raises FileError for a record that is not a JSON object of lists."""
+    data = _files.read_bytes(path, "record")
     if data is None:
         return {}
     try:
-        record = json.loads(to_text(data))
+        record = json.loads(to_text(data, errors="surrogate_or_strict"))
     except ValueError as exc:
-        module.fail_json(msg="%s is not valid JSON (%s): fix or remove it" % (path, exc), record=path)
+        raise _files.FileError("record", path, "is not valid JSON (%s): fix or remove it" % exc) from None
     if not isinstance(record, dict):
-        module.fail_json(msg="%s does not hold a JSON object: fix or remove it" % path, record=path)
+        raise _files.FileError("record", path, "does not hold a JSON object: fix or remove it")
     return {str(k): [str(a) for a in v] for k, v in record.items() if isinstance(v, list)}
 
 
@@ -160,13 +188,20 @@ def main() -> None:
         supports_check_mode=True,
     )
     params = module.params
+    errors = check_options(params)
+    if errors:
+        module.fail_json(msg="; ".join(errors), errors=errors)
     path = os.path.abspath(params["path"])
     record_path = os.path.abspath(params["record"])
 
     # Plan.
-    record = _load_record(module, record_path)
-    before = _files.read_bytes(path)
-    content = to_text(before) if before is not None else None
+    try:
+        _files.check_file(path, "path")
+        record = load_record(record_path)
+        before = _files.read_bytes(path, "path")
+    except _files.FileError as exc:
+        module.fail_json(msg=str(exc), path=exc.path)
+    content = to_text(before, errors="surrogate_or_strict") if before is not None else None
     planned = _vfio.plan_cmdline_file(content, params["variable"], params["args"], params["state"], record.get(path, []))
     if planned["errors"]:
         module.fail_json(msg="%s: %s" % (path, "; ".join(planned["errors"])), path=path, errors=planned["errors"])
@@ -181,7 +216,8 @@ def main() -> None:
                                     ours=planned["ours"], diff={"before": "", "after": ""})
     # Act: the command-line file, then the record (check mode writes neither).
     if content is not None and planned["content"] != content:
-        outcome = _files.write_file(module, path, to_bytes(planned["content"]), backup=params["backup"])
+        outcome = _files.write_file(module, path, to_bytes(planned["content"], errors="surrogate_or_strict"),
+                                    backup=params["backup"], what="path")
         result["changed"] = outcome.changed
         result["diff"] = outcome.diff
         if outcome.backup_file:
@@ -189,11 +225,15 @@ def main() -> None:
     if new_record != record:
         result["changed"] = True
         if not module.check_mode:
-            if new_record:
-                os.makedirs(os.path.dirname(record_path), mode=0o755, exist_ok=True)
-                _files.write_file(module, record_path, to_bytes(json.dumps(new_record, indent=2, sort_keys=True) + "\n"))
-            elif os.path.exists(record_path):
-                os.unlink(record_path)
+            try:
+                if new_record:
+                    _files.make_dirs(os.path.dirname(record_path), "record")
+                    _files.write_file(module, record_path, to_bytes(json.dumps(new_record, indent=2, sort_keys=True) + "\n"),
+                                      what="record")
+                else:
+                    _files.remove(record_path, "record")
+            except _files.FileError as exc:
+                module.fail_json(msg=str(exc), path=exc.path)
     module.exit_json(**result)
 
 
