@@ -34,6 +34,17 @@ else
     log "no $shared beside the repository: the tests that read it will skip and say so"
 fi
 
+# A brand-new machine of this workplace still has the workplace's registry access: its CA certificates (TLS to the
+# registries goes through an egress proxy), its pip and apt settings. Carry exactly those, nothing installed.
+mkdir -p "$work/machine/ca" "$work/machine/apt.conf.d"
+cp /usr/local/share/ca-certificates/*.crt "$work/machine/ca/" 2>/dev/null || true
+[[ -f /etc/pip.conf ]] && cp /etc/pip.conf "$work/machine/pip.conf"
+for conf in /etc/apt/apt.conf.d/99*; do [[ -f "$conf" ]] && cp "$conf" "$work/machine/apt.conf.d/"; done
+env_args=()
+for var in PIP_CERT SSL_CERT_FILE SSL_CERT_DIR REQUESTS_CA_BUNDLE CURL_CA_BUNDLE GIT_SSL_CAINFO PIP_DEFAULT_TIMEOUT; do
+    [[ -n "${!var:-}" ]] && env_args+=(-e "$var=${!var}")
+done
+
 # What the machine's own configuration gives a nested podman: vfs storage (no overlay on overlay) and runc (the
 # project's containers.conf selects runc and lowers the ulimits, as on the host).
 cat >"$work/storage.conf" <<'CONF'
@@ -46,6 +57,9 @@ CONF
 inner=$(cat <<'SH'
 set -euo pipefail
 install -D -m 0644 /rehearsal/storage.conf /etc/containers/storage.conf
+mkdir -p /usr/local/share/ca-certificates && cp /rehearsal/machine/ca/. /usr/local/share/ca-certificates/ -r
+[ -f /rehearsal/machine/pip.conf ] && cp /rehearsal/machine/pip.conf /etc/pip.conf
+cp -r /rehearsal/machine/apt.conf.d/. /etc/apt/apt.conf.d/
 cd /rehearsal/main
 echo "[rehearsal] inside: $(. /etc/os-release; echo "$PRETTY_NAME"); python3: $(command -v python3 || echo none); make: $(command -v make || echo none); podman: $(command -v podman || echo none)"
 start=$SECONDS
@@ -60,7 +74,7 @@ log "running .ci/run in $name (Molecule scenarios: ${scenarios:-all}); log: test
 start=$SECONDS
 rc=0
 podman run --rm --name "$name" --privileged --hostname "$name" \
-    -e CI=true -e MOLECULE_SCENARIOS="$scenarios" \
+    -e CI=true -e MOLECULE_SCENARIOS="$scenarios" "${env_args[@]}" \
     -v "$work:/rehearsal" "$base" bash -c "$inner" >"$out/ci.log" 2>&1 || rc=$?
 secs=$((SECONDS - start))
 
