@@ -6,26 +6,24 @@
 
 Private to this collection: no compatibility promise outside gpuhost.nvidia.
 
-Sources (checked 2026-11):
+Every table here is a claim about the outside world. docs/sources.md names, for each one, the public documents it was
+checked against (at least two); tests/unit/test_sources.py keeps the two in step. In short:
 - Compute capability per architecture: NVIDIA CUDA C++ Programming Guide, "Compute Capabilities", and
   https://developer.nvidia.com/cuda-gpus .
 - PCI device id ranges per GPU chip: the PCI ID repository (https://pci-ids.ucw.cz/read/PC/10de) and the
-  "supported chips" appendix of the NVIDIA Linux driver README (Appendix A). Ranges are per chip family; the
-  ids seen in the public nvidia-smi captures the tests use (K80 102d, GTX 1070 1b81, V100 1db6, T4 1eb8,
-  A100 20b0/20b2, RTX 3090 2204, RTX 4090 2684, RTX 4000 Ada 27b0, RTX PRO 6000 2bb4, ...) fall inside them.
+  "supported chips" appendix of the NVIDIA Linux driver README (Appendix A).
 - Minimum driver per CUDA toolkit release: CUDA Toolkit Release Notes, table "CUDA Toolkit and Corresponding
-  Driver Versions" (https://docs.nvidia.com/cuda/cuda-toolkit-release-notes/), Linux x86_64 column.
-- Highest CUDA version per driver branch: the "CUDA Version" the driver itself reports (nvidia-smi header,
-  nvmlSystemGetCudaDriverVersion); cross-checked against the public nvidia-smi captures (410.73 -> 10.0,
-  418.43 -> 10.1, 460.39 -> 11.2, 470.74 -> 11.4, 510.47 -> 11.6, 515.65 -> 11.7, 525.147 -> 12.0,
-  535.54 -> 12.2, 570.124 -> 12.8, 590.44 -> 13.1, 595.58 -> 13.2).
-- Open kernel modules: "NVIDIA Transitions Fully Towards Open-Source GPU Kernel Modules" (NVIDIA technical
-  blog, July 2024) and the open-gpu-kernel-modules README: Turing and later are supported, Blackwell
-  requires them, Maxwell/Pascal/Volta are not supported by the open modules.
-- Legacy branches: NVIDIA's "Unix legacy GPU" list (https://www.nvidia.com/en-us/drivers/unix/legacy-gpu/):
-  Kepler GeForce ends with 470, Fermi with 390, Tesla-architecture with 340; NVIDIA's 2025 announcement that
-  driver branch 580 is the last to support Maxwell, Pascal and Volta (CUDA 13.0 release notes, "Deprecated
-  or Dropped Features").
+  Driver Versions", Linux x86_64 column.
+- Highest CUDA version per driver branch: what the driver itself reports (nvidia-smi header), cross-checked against
+  public nvidia-smi captures. Branches whose exact highest CUDA minor no public source states (610, 620) carry only
+  the CUDA major version of NVIDIA's data center support matrix; the catalog then answers "cannot tell" for a minor
+  above what an older branch is known to run, instead of guessing.
+- Branch lifecycle (designation, end of life): NVIDIA Data Center Drivers documentation, "Supported Drivers and CUDA
+  Toolkit Versions" (the 580, 615 and 620 editions).
+- Open kernel modules: NVIDIA's open-gpu-kernel-modules README and the July 2024 technical blog: Turing and later.
+- Last branch and last CUDA toolkit per architecture: NVIDIA Data Center Drivers, "CUDA Toolkit, Driver, and
+  Architecture Matrix" (Maxwell, Pascal, Volta: last driver R580, last toolkit CUDA 12.x; Kepler: R470) and NVIDIA's
+  Unix legacy GPU list.
 """
 
 from __future__ import annotations
@@ -136,6 +134,32 @@ BRANCH_MAX_CUDA: dict[int, str] = {
     595: "13.2",
 }
 
+# Branches whose highest CUDA minor version no public source states: only the CUDA major version that NVIDIA's data
+# center support matrix lists ("Maximum CUDA Major Version Supported Without Forward Compatibility Package").
+BRANCH_MAX_CUDA_MAJOR: dict[int, int] = {
+    610: 13,
+    620: 13,
+}
+
+# Lifecycle of the current data center branches: (designation, end of life as YYYY-MM or None for a New Feature
+# Branch, which NVIDIA gives no end-of-life date). NVIDIA Data Center Drivers, "Supported Drivers and CUDA Toolkit
+# Versions" (editions 580, 615, 620); the 580 edition gave R580 "August 2028", the 615 and 620 editions "June 2028".
+BRANCH_LIFECYCLE: dict[int, tuple[str, str | None]] = {
+    535: ("Long Term Support Branch", "2026-06"),
+    570: ("Production Branch", "2026-02"),
+    580: ("Long Term Support Branch", "2028-06"),
+    590: ("New Feature Branch", None),
+    595: ("Production Branch", "2027-03"),
+    610: ("New Feature Branch", "2026-08"),
+    620: ("Long Term Support Branch", "2029-09"),
+}
+
+# The branch a role installs when nothing else is asked for: R580, NVIDIA's long-term branch (to 2028), and the last
+# branch that drives every architecture the roles support (Maxwell to Blackwell); 590 and later drop Maxwell, Pascal
+# and Volta. R620 is the next long-term branch, but a default past 580 would fail every pre-Turing GPU, so 580 stays
+# the default until NVIDIA ends it; sources that lack 580 (Debian 13's CUDA repository) set their own default.
+DEFAULT_BRANCH = 580
+
 # Minimum Linux x86_64 driver for each CUDA toolkit release (GA row, and updates that raised the minimum).
 # A bare branch ("595") means "any driver of that branch": the release-notes value is not recorded here.
 CUDA_MIN_DRIVER: dict[str, str] = {
@@ -215,6 +239,14 @@ LAST_BRANCH: dict[str, int | None] = {
     "Ada Lovelace": None,
     "Hopper": None,
     "Blackwell": None,
+}
+
+# Last CUDA toolkit major version per architecture; absent: current toolkits still build for it. NVIDIA's
+# "CUDA Toolkit, Driver, and Architecture Matrix": CUDA 13.0 dropped Maxwell, Pascal and Volta (sm_50 to sm_72).
+LAST_CUDA_MAJOR: dict[str, int] = {
+    "Maxwell": 12,
+    "Pascal": 12,
+    "Volta": 12,
 }
 
 OPEN_MODULE_ARCHITECTURES = ("Turing", "Ampere", "Ada Lovelace", "Hopper", "Blackwell")
@@ -356,23 +388,35 @@ def cuda_supported(driver: t.Any, cuda_version: t.Any, minor_version_compatibili
             return True
     if len(driver_parts) == 1:
         # A branch: compare against the highest CUDA version the branch reports.
-        branch_max = max_cuda_for_branch(driver_parts[0])
-        if branch_max is None:
-            known = sorted(BRANCH_MAX_CUDA)
-            if driver_parts[0] > known[-1]:
-                branch_max = BRANCH_MAX_CUDA[known[-1]]
-            else:
-                return None
-        max_parts = version_tuple(branch_max) or ()
-        return cuda_parts[:2] <= max_parts
+        return _branch_runs(driver_parts[0], cuda_parts)
     minimum = min_driver_for_cuda(cuda_version)
     if minimum is None:
         # Unknown toolkit release: fall back to the branch's reported CUDA version.
-        branch_max = max_cuda_for_branch(driver_parts[0])
-        if branch_max is None:
+        if max_cuda_for_branch(driver_parts[0]) is None and driver_parts[0] not in BRANCH_MAX_CUDA_MAJOR:
             return None
-        return cuda_parts[:2] <= (version_tuple(branch_max) or ())
+        return _branch_runs(driver_parts[0], cuda_parts)
     return _version_ge(driver_parts, version_tuple(minimum) or ())
+
+
+def _branch_runs(branch: int, cuda_parts: tuple[int, ...]) -> bool | None:
+    """Whether a driver branch runs a CUDA release; None when no source says.
+
+    A branch newer than every branch with a known maximum runs at least what the newest of those runs (NVIDIA's CUDA
+    driver API is backwards compatible); above that, only a branch's listed CUDA major can still say no.
+    """
+    branch_max = max_cuda_for_branch(branch)
+    if branch_max is not None:
+        return cuda_parts[:2] <= (version_tuple(branch_max) or ())
+    known = sorted(BRANCH_MAX_CUDA)
+    if branch < known[-1]:
+        return None
+    newest = version_tuple(BRANCH_MAX_CUDA[known[-1]]) or ()
+    if cuda_parts[:2] <= newest:
+        return True
+    major = BRANCH_MAX_CUDA_MAJOR.get(branch)
+    if major is not None and cuda_parts[0] > major:
+        return False
+    return None
 
 
 def open_module_supported(arch: t.Any) -> bool | None:
@@ -394,3 +438,33 @@ def last_supported_branch(arch: t.Any) -> int | None:
     if name is None:
         return None
     return LAST_BRANCH.get(name)
+
+
+def is_known_branch(branch: t.Any) -> bool:
+    """Whether the catalog knows a driver branch (its highest CUDA version, or at least its CUDA major)."""
+    try:
+        number = int(str(branch))
+    except (TypeError, ValueError):
+        return False
+    return number in BRANCH_MAX_CUDA or number in BRANCH_MAX_CUDA_MAJOR
+
+
+def known_branches(minimum: int = 0) -> list[int]:
+    return sorted(b for b in set(BRANCH_MAX_CUDA) | set(BRANCH_MAX_CUDA_MAJOR) if b >= minimum)
+
+
+def branch_lifecycle(branch: t.Any) -> dict[str, t.Any] | None:
+    """``{"designation": ..., "end_of_life": "YYYY-MM" | None}`` for a current data center branch, else None."""
+    try:
+        entry = BRANCH_LIFECYCLE.get(int(str(branch)))
+    except (TypeError, ValueError):
+        return None
+    if entry is None:
+        return None
+    return {"designation": entry[0], "end_of_life": entry[1]}
+
+
+def last_cuda_major(arch: t.Any) -> int | None:
+    """Last CUDA toolkit major version that builds for an architecture; None while current toolkits still do."""
+    name = normalize_architecture(arch)
+    return LAST_CUDA_MAJOR.get(name) if name else None

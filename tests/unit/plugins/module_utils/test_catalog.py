@@ -159,3 +159,35 @@ def test_open_module_and_legacy_branches():
     assert _catalog.last_supported_branch("Volta") == 580
     assert _catalog.last_supported_branch("Ampere") is None
     assert _catalog.normalize_architecture("ada lovelace") == "Ada Lovelace"
+
+
+@pytest.mark.parametrize(
+    "branch, cuda, expected",
+    [
+        ("620", "13.2", True),  # at least what 595 runs
+        ("610", "12.8", True),
+        ("620", "13.3", None),  # above every known maximum: no source says, the catalog does not guess
+        ("620", "14.0", False),  # past the CUDA major NVIDIA's support matrix lists
+        ("580", "13.1", False),
+        ("590", "13.1", True),
+    ],
+)
+def test_branches_580_to_620(branch, cuda, expected):
+    assert _catalog.cuda_supported(branch, cuda) is expected
+
+
+def test_branch_lifecycle_and_default():
+    assert _catalog.branch_lifecycle(580) == {"designation": "Long Term Support Branch", "end_of_life": "2028-06"}
+    assert _catalog.branch_lifecycle("595") == {"designation": "Production Branch", "end_of_life": "2027-03"}
+    assert _catalog.branch_lifecycle(620) == {"designation": "Long Term Support Branch", "end_of_life": "2029-09"}
+    assert _catalog.branch_lifecycle(590)["end_of_life"] is None
+    assert _catalog.branch_lifecycle(123) is None
+    assert _catalog.DEFAULT_BRANCH == 580
+    # The default drives every architecture the roles support.
+    assert all((_catalog.last_supported_branch(a) or 10**6) >= _catalog.DEFAULT_BRANCH for a in ("Maxwell", "Pascal", "Volta", "Blackwell"))
+    assert _catalog.known_branches(580) == [580, 590, 595, 610, 620]
+    assert _catalog.is_known_branch("610") and not _catalog.is_known_branch(600)
+
+
+def test_last_cuda_toolkit_per_architecture():
+    assert [_catalog.last_cuda_major(a) for a in ("Maxwell", "Pascal", "Volta", "Turing", "Nothing")] == [12, 12, 12, None, None]
