@@ -58,7 +58,10 @@ def docker_merge(text: str | None, path: str, name: str, runtime_path: str, defa
         runtimes = merged["runtimes"] = {}
     if not isinstance(runtimes, dict):
         raise RuntimeConfigError("%s: \"runtimes\" must be a JSON object; it was not changed." % path)
-    entry = runtimes.get(name) if isinstance(runtimes.get(name), dict) else {}
+    entry = runtimes.get(name, {})
+    if not isinstance(entry, dict):
+        raise RuntimeConfigError("%s: \"runtimes\".%s must be a JSON object, not %s; it was not changed."
+                                 % (path, json.dumps(name), type(entry).__name__))
     entry = dict(entry)
     entry["path"] = runtime_path
     runtimes[name] = entry
@@ -147,7 +150,7 @@ def _deep_merge(base: dict[str, t.Any], extra: dict[str, t.Any]) -> dict[str, t.
 def containerd_version(main: dict[str, t.Any], requested: int | None, path: str) -> int:
     """The config version of the drop-in: the requested one, else the main config's, else 2 (containerd 1.x)."""
     version = requested if requested else main.get("version", 2)
-    if version not in CRI_PLUGIN:
+    if isinstance(version, bool) or version not in CRI_PLUGIN:
         raise RuntimeConfigError(
             "%s has config version %r; this role writes containerd drop-ins for versions 2 (containerd 1.x) and 3 "
             "(containerd 2.x). Set nvidia_container_toolkit_containerd_config_version." % (path, version)
@@ -155,8 +158,20 @@ def containerd_version(main: dict[str, t.Any], requested: int | None, path: str)
     return int(version)
 
 
+def _table(doc: dict[str, t.Any], keys: t.Sequence[str], path: str) -> dict[str, t.Any]:
+    """The table at ``keys`` ({} when absent). RuntimeConfigError naming the file and the key when it is not a table."""
+    current: t.Any = doc
+    for depth, key in enumerate(keys):
+        current = current.get(key, {})
+        if not isinstance(current, dict):
+            dotted = ".".join(_key(k) for k in keys[:depth + 1])
+            raise RuntimeConfigError("%s: %s must be a table, not %s (%r); it was not changed. Fix the file, then run again."
+                                     % (path, dotted, type(current).__name__, current))
+    return current
+
+
 def containerd_dropin(main: dict[str, t.Any], version: int, name: str, runtime_path: str,
-                      default_runtime: bool = False) -> dict[str, t.Any]:
+                      default_runtime: bool = False, path: str = "the containerd config") -> dict[str, t.Any]:
     """The drop-in document.
 
     containerd 1.x replaces a plugin's whole table with the one an imported file has, so the drop-in carries a copy
@@ -165,11 +180,20 @@ def containerd_dropin(main: dict[str, t.Any], version: int, name: str, runtime_p
     ``runtime_path``.
     """
     plugin = CRI_PLUGIN[version]
-    cri = copy.deepcopy(main.get("plugins", {}).get(plugin, {}))
-    runc = cri.get("containerd", {}).get("runtimes", {}).get("runc", {})
-    options = dict(runc.get("options", {})) if isinstance(runc.get("options"), dict) else {}
+    cri = copy.deepcopy(_table(main, ("plugins", plugin), path))
+    runtimes = _table(main, ("plugins", plugin, "containerd", "runtimes"), path)
+    runc = _table(main, ("plugins", plugin, "containerd", "runtimes", "runc"), path)
+    options = dict(_table(main, ("plugins", plugin, "containerd", "runtimes", "runc", "options"), path))
+    existing = runtimes.get(name)
+    if existing is not None and not isinstance(existing, dict):
+        raise RuntimeConfigError("%s: plugins.%s.containerd.runtimes.%s must be a table, not %s; it was not changed."
+                                 % (path, _key(plugin), _key(name), type(existing).__name__))
+    runtime_type = runc.get("runtime_type", RUNC_V2)
+    if not isinstance(runtime_type, str):
+        raise RuntimeConfigError("%s: plugins.%s.containerd.runtimes.runc.runtime_type must be a string, not %r; it was not changed."
+                                 % (path, _key(plugin), runtime_type))
     options["BinaryName"] = runtime_path
-    runtime = {"runtime_type": runc.get("runtime_type", RUNC_V2), "options": options}
+    runtime = {"runtime_type": runtime_type, "options": options}
     add: dict[str, t.Any] = {"containerd": {"runtimes": {name: runtime}}}
     if default_runtime:
         add["containerd"]["default_runtime_name"] = name
@@ -186,8 +210,8 @@ _IMPORTS = re.compile(r"^imports\s*=\s*\[[^\]]*\]", re.MULTILINE)
 def containerd_main(text: str | None, main: dict[str, t.Any], path: str, imports_glob: str, version: int) -> str:
     """The main config with ``imports_glob`` in its top-level ``imports``; every other line is kept as it is."""
     imports = main.get("imports", [])
-    if not isinstance(imports, list):
-        raise RuntimeConfigError("%s: imports must be a list of paths; it was not changed." % path)
+    if not isinstance(imports, list) or not all(isinstance(i, str) for i in imports):
+        raise RuntimeConfigError("%s: imports must be a list of paths, not %r; it was not changed." % (path, imports))
     if imports_glob in imports:
         return text if text is not None else ""
     new_line = "imports = %s" % _value(list(imports) + [imports_glob], "imports")

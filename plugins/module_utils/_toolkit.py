@@ -13,6 +13,8 @@ import json
 import re
 import typing as t
 
+from ansible_collections.gpuhost.nvidia.plugins.module_utils._validate import PACKAGE_VERSION_RE, bad_character
+
 try:
     import yaml
 except ImportError:  # pragma: no cover - the module reports it
@@ -44,7 +46,8 @@ def request_errors(request: t.Mapping[str, t.Any]) -> list[str]:
     """Everything wrong with the role's request that is known before the host is asked anything."""
     errors: list[str] = []
     version = str(request.get("version") or "")
-    if version and not version_tuple(version):
+    # The version is written into an apt preferences file and package specs: nothing but a version may reach them.
+    if version and (not version_tuple(version) or bad_character(version) or not PACKAGE_VERSION_RE.match(version)):
         errors.append("nvidia_container_toolkit_version %r is not a version such as 1.17.8" % version)
     mode = request.get("mode", "full")
     if mode not in ("full", "cdi"):
@@ -111,22 +114,29 @@ def cdi_location(requested: str, refresh_units: bool) -> dict[str, t.Any]:
 
 def generated_for(facts: t.Mapping[str, t.Any] | None, strategy: str, toolkit_version: str) -> dict[str, t.Any]:
     """What a spec depends on: the driver, the GPUs and their MIG devices, the naming strategy and the toolkit."""
-    facts = facts or {}
+    facts = facts if isinstance(facts, t.Mapping) else {}
     gpus = []
-    for gpu in facts.get("gpus") or []:
+    for gpu in _dicts(facts.get("gpus")):
         if gpu.get("index") is None:
             continue
+        mig = gpu.get("mig")
         gpus.append({
             "uuid": gpu.get("uuid"),
-            "mig": bool((gpu.get("mig") or {}).get("current")),
-            "mig_devices": sorted(str(d.get("uuid")) for d in gpu.get("mig_devices") or []),
+            "mig": bool(mig.get("current")) if isinstance(mig, dict) else False,
+            "mig_devices": sorted(str(d.get("uuid")) for d in _dicts(gpu.get("mig_devices"))),
         })
+    driver = facts.get("driver")
     return {
-        "driver_version": (facts.get("driver") or {}).get("version"),
+        "driver_version": driver.get("version") if isinstance(driver, dict) else None,
         "gpus": sorted(gpus, key=lambda g: str(g["uuid"])),
         "device_name_strategy": strategy,
         "toolkit_version": upstream(toolkit_version) if toolkit_version else None,
     }
+
+
+def _dicts(value: t.Any) -> list[dict[str, t.Any]]:
+    """The mappings in a facts list; anything else there (a string, a number) is ignored."""
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
 
 
 def needs_generate(spec_exists: bool, record: t.Mapping[str, t.Any] | None, wanted: t.Mapping[str, t.Any]) -> str | None:

@@ -40,11 +40,18 @@ attributes:
     description: Linux hosts.
 options:
   dir:
-    description: The directory of the spec, V(/etc/cdi) or V(/var/run/cdi). It is created when missing.
+    description:
+      - The directory of the spec, V(/etc/cdi) or V(/var/run/cdi). It is created when missing.
+      - Every path option is absolute, printable ASCII, without C(.) or C(..) components. A path that is a file
+        where a directory belongs (or the other way round), a special file, a symbolic link to nothing or a path
+        under a file is refused, naming it, before anything is written.
     type: path
     required: true
   filename:
-    description: The spec's file name; its extension (C(.yaml) or C(.json)) selects the format.
+    description:
+      - The spec's file name; its extension (C(.yaml) or C(.json)) selects the format.
+      - A plain file name of letters, digits, C(_), C(.) and C(-) that ends with C(.yaml) or C(.json); a name with a
+        directory part (V(../evil.yaml)) is refused, so the spec never leaves O(dir).
     type: str
     default: nvidia.yaml
   other_dirs:
@@ -67,7 +74,7 @@ options:
     type: dict
     default: {}
   toolkit_version:
-    description: The installed toolkit version, recorded so that an upgrade regenerates the spec.
+    description: The installed toolkit version (V(1.18.0), V(1.18.0-1)), recorded so that an upgrade regenerates the spec.
     type: str
     default: ""
   record:
@@ -75,7 +82,10 @@ options:
     type: path
     default: /var/lib/gpuhost-nvidia/cdi-nvidia.json
   nvidia_ctk:
-    description: The C(nvidia-ctk) binary. Looked up in C(PATH) when not given.
+    description:
+      - The C(nvidia-ctk) binary. Looked up in C(PATH) when not given.
+      - When it is missing (or not an executable file) and the spec must be generated, the task fails, saying so
+        and how to install it.
     type: path
   allow_missing_driver:
     description:
@@ -162,13 +172,27 @@ import typing as t
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_bytes, to_text
 
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _files, _toolkit
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _files, _toolkit, _validate
 
 ENV_C = {"LC_ALL": "C", "LANGUAGE": "C"}
+INSTALL_HINT = (
+    "install nvidia-container-toolkit-base from NVIDIA's container toolkit repository (the "
+    "gpuhost.nvidia.nvidia_container_toolkit role does), or set nvidia_ctk to the binary's path"
+)
+# Checked before the host is read. The file name is joined to dir, so it may not name another directory.
+RULES: dict[str, _validate.Rule] = {
+    "dir": _validate.Path(directory=True),
+    "filename": _validate.FileName((".yaml", ".json")),
+    "other_dirs": _validate.ListOf(_validate.Path(directory=True), max_items=16),
+    "toolkit_version": _validate.Text(empty=True, max_length=64, pattern=_validate.PACKAGE_VERSION_RE,
+                                      what="a version such as 1.18.0"),
+    "record": _validate.Path(),
+    "nvidia_ctk": _validate.Path(),
+}
 
 
 def read_record(path: str) -> dict[str, t.Any] | None:
-    data = _files.read_bytes(path)
+    data = _files.read_bytes(path, "record")
     if data is None:
         return None
     try:
@@ -188,13 +212,36 @@ def devices_of(module: AnsibleModule, path: str, data: bytes | None) -> list[str
     return []  # pragma: no cover
 
 
-def write(module: AnsibleModule, path: str, data: bytes) -> _files.WriteResult:
+def write(module: AnsibleModule, path: str, data: bytes, what: str) -> _files.WriteResult:
     directory = os.path.dirname(path)
-    if not os.path.isdir(directory):
-        if module.check_mode:
-            return _files.WriteResult(changed=True, content_changed=True, existed=False, diff=_files.make_diff(path, None, data))
-        os.makedirs(directory, mode=0o755)
-    return _files.write_file(module, path, data)
+    try:
+        if not _files.check_directory(directory, what):
+            if module.check_mode:
+                return _files.WriteResult(changed=True, content_changed=True, existed=False, diff=_files.make_diff(path, None, data))
+            _files.make_dirs(directory, what)
+    except _files.FileError as exc:
+        module.fail_json(msg=str(exc), path=exc.path)
+    return _files.write_file(module, path, data, what=what)
+
+
+def find_ctk(module: AnsibleModule, spec: str) -> str:
+    """The nvidia-ctk binary: the given path when it is an executable file, else the one in PATH. Fails saying how to
+    install it."""
+    given = module.params["nvidia_ctk"]
+    if given:
+        try:
+            exists = _files.check_file(given, "nvidia_ctk")
+        except _files.FileError as exc:
+            module.fail_json(msg="%s; %s" % (exc, INSTALL_HINT), path=given)
+        if not exists:
+            module.fail_json(msg="nvidia_ctk %r does not exist, so %s cannot be generated: %s" % (given, spec, INSTALL_HINT))
+        if not os.access(given, os.X_OK):
+            module.fail_json(msg="nvidia_ctk %r is not executable, so %s cannot be generated: %s" % (given, spec, INSTALL_HINT))
+        return given
+    found = module.get_bin_path("nvidia-ctk")
+    if not found:
+        module.fail_json(msg="nvidia-ctk is missing: it is not in PATH, so %s cannot be generated. To install it, %s" % (spec, INSTALL_HINT))
+    return t.cast(str, found)
 
 
 def main() -> None:
@@ -215,14 +262,32 @@ def main() -> None:
         supports_check_mode=True,
     )
     p = module.params
+    errors = _validate.check(p, RULES)
+    if errors:
+        module.fail_json(msg="; ".join(errors), errors=errors)
     spec = os.path.join(os.path.abspath(p["dir"]), p["filename"])
+    record_path = os.path.abspath(p["record"])
+    if record_path == spec:
+        module.fail_json(msg="record: %r is the spec itself; choose another file" % p["record"])
     facts = p["facts"] or {}
     wanted = _toolkit.generated_for(facts, p["device_name_strategy"], p["toolkit_version"])
     wanted["state"] = facts.get("state")
 
-    # Plan: what the record says, what is on disk, and what must happen.
-    record = read_record(p["record"])
-    spec_bytes = _files.read_bytes(spec)
+    # Plan: what the record says, what is on disk, and what must happen. Every path is checked before it is used.
+    duplicates = []
+    try:
+        _files.check_directory(os.path.abspath(p["dir"]), "dir")
+        record = read_record(record_path)
+        spec_bytes = _files.read_bytes(spec, "dir/filename")
+        for directory in p["other_dirs"]:
+            if not _files.check_directory(directory, "other_dirs"):
+                continue
+            for name in ("nvidia.yaml", "nvidia.json"):
+                candidate = os.path.join(directory, name)
+                if os.path.abspath(candidate) != spec and (os.path.lexists(candidate) and _files.check_file(candidate, "other_dirs")):
+                    duplicates.append(candidate)
+    except _files.FileError as exc:
+        module.fail_json(msg=str(exc), path=exc.path)
     previous_error = None
     if record is not None and record.get("spec") != spec:
         reason: str | None = "the spec moved to %s" % spec
@@ -232,18 +297,8 @@ def main() -> None:
         reason = _toolkit.needs_generate(spec_bytes is not None, (record or {}).get("generated_for"), wanted)
     if p["force"] and reason is None:
         reason = "forced"
-    duplicates = []
-    for directory in p["other_dirs"]:
-        for name in ("nvidia.yaml", "nvidia.json"):
-            candidate = os.path.join(directory, name)
-            if os.path.abspath(candidate) != spec and os.path.isfile(candidate):
-                duplicates.append(candidate)
 
-    ctk = None
-    if reason is not None:
-        ctk = p["nvidia_ctk"] or module.get_bin_path("nvidia-ctk")
-        if not ctk:
-            module.fail_json(msg="nvidia-ctk is not installed (it comes with nvidia-container-toolkit-base); cannot generate %s" % spec)
+    ctk = find_ctk(module, spec) if reason is not None else None
 
     changed = False
     diffs: list[dict[str, t.Any]] = []
@@ -252,10 +307,13 @@ def main() -> None:
             module.warn("%s duplicates the NVIDIA CDI spec %s: remove one, or CDI clients see each device twice" % (duplicate, spec))
             continue
         changed = True
-        diffs.append({"before_header": duplicate, "after_header": "%s (absent)" % duplicate,
-                      "before": to_text(_files.read_bytes(duplicate) or b""), "after": ""})
-        if not module.check_mode:
-            os.unlink(duplicate)
+        try:
+            before = _files.read_bytes(duplicate, "other_dirs") or b""
+            if not module.check_mode:
+                _files.remove(duplicate, "other_dirs")
+        except _files.FileError as exc:
+            module.fail_json(msg=str(exc), path=exc.path)
+        diffs.append({"before_header": duplicate, "after_header": "%s (absent)" % duplicate, "before": to_text(before), "after": ""})
 
     result: dict[str, t.Any] = dict(spec=spec, generated=reason is not None, reason=reason, generated_for=wanted,
                                     duplicates=duplicates, error=previous_error, command=None)
@@ -270,10 +328,18 @@ def main() -> None:
     # Act: generate into a scratch directory, check it is a CDI spec, then move it into place.
     out = os.path.join(module.tmpdir, p["filename"])
     command = [t.cast(str, ctk), "cdi", "generate", "--output=%s" % out, "--device-name-strategy=%s" % p["device_name_strategy"]]
-    rc, stdout, stderr = module.run_command(command, environ_update=ENV_C)
+    try:
+        rc, stdout, stderr = module.run_command(command, environ_update=ENV_C)
+    except OSError as exc:  # pragma: no cover - find_ctk checked the binary; a race or a broken interpreter line
+        module.fail_json(msg="nvidia-ctk %r could not be run (%s): %s" % (ctk, exc, INSTALL_HINT), cmd=command)
     result["command"] = command
     error = None
-    if rc != 0 or not os.path.isfile(out):
+    generated = None
+    try:
+        generated = _files.read_bytes(out, "the generated spec") if rc == 0 else None
+    except _files.FileError as exc:
+        module.fail_json(msg=str(exc), cmd=command)
+    if generated is None:
         error = "nvidia-ctk exited %d: %s" % (rc, (stderr or stdout).strip() or "no spec written")
         if not (p["allow_missing_driver"] and facts.get("state") != "ok"):
             module.fail_json(msg="Generating the CDI spec failed. %s" % error, cmd=command, rc=rc, stdout=stdout, stderr=stderr)
@@ -281,15 +347,14 @@ def main() -> None:
                     % (facts.get("state") or "no driver state", error))
         result["devices"] = []
     else:
-        data = _files.read_bytes(out) or b""
-        result["devices"] = devices_of(module, spec, data)
-        outcome = write(module, spec, data)
+        result["devices"] = devices_of(module, spec, generated)
+        outcome = write(module, spec, generated, "dir/filename")
         changed = changed or outcome.changed
         if outcome.changed:
             diffs.append(outcome.diff)
     result["error"] = error
     entry = {"spec": spec, "generated": error is None, "error": error, "generated_for": wanted}
-    outcome = write(module, p["record"], to_bytes(json.dumps(entry, indent=2, sort_keys=True) + "\n"))
+    outcome = write(module, record_path, to_bytes(json.dumps(entry, indent=2, sort_keys=True) + "\n"), "record")
     if outcome.changed:
         changed = True
         diffs.append(outcome.diff)

@@ -19,8 +19,10 @@ description:
     imported file has, so the drop-in carries a copy of the main config's CRI plugin table with the runtime added,
     and the runtime inherits the options of C(runc) (for example C(SystemdCgroup)).
   - V(crio) writes a drop-in file with C([crio.runtime.runtimes.<name>]).
-  - A file that cannot be parsed (invalid JSON or TOML) fails the task before anything is written, naming the file
-    and the parse error.
+  - A file that cannot be parsed (invalid JSON or TOML), or whose tables the merge needs hold something else (a CRI
+    plugin table that is a string), fails the task before anything is written, naming the file, the key and the
+    problem. So does a path that is a directory, a special file, a symbolic link to nothing or sits under a file.
+  - Paths are absolute, printable ASCII, without C(.) or C(..) components.
 author:
   - gpuhost.nvidia developers (@gpuhost)
 requirements:
@@ -52,16 +54,22 @@ options:
       - Defaults to C(/etc/docker/daemon.json), C(/etc/containerd/config.toml) and C(/etc/crio/crio.conf.d/99-nvidia.conf).
     type: path
   dropin:
-    description: For V(containerd), the drop-in file. Its directory's C(*.toml) glob is added to the main config's imports.
+    description:
+      - For V(containerd), the drop-in file. Its directory's C(*.toml) glob is added to the main config's imports,
+        so its name must end with C(.toml) and its directory may not hold glob characters.
     type: path
     default: /etc/containerd/conf.d/99-nvidia.toml
   config_version:
     description:
-      - For V(containerd), the config version of the drop-in, V(2) (containerd 1.x) or V(3) (containerd 2.x).
+      - For V(containerd), the config version of the drop-in, V(2) (containerd 1.x) or V(3) (containerd 2.x); other
+        numbers are refused.
         By default the main config's C(version), or V(2) when it has none.
     type: int
   name:
-    description: The runtime name, also the handler name of a Kubernetes RuntimeClass.
+    description:
+      - The runtime name, also the handler name of a Kubernetes RuntimeClass.
+      - A DNS label that every engine accepts, lower-case letters, digits and C(-), at most 63 characters. Docker's
+        reserved V(runc) is refused.
     type: str
     default: nvidia
   runtime_path:
@@ -131,51 +139,81 @@ import typing as t
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_bytes, to_text
 
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _files, _runtime
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _files, _runtime, _validate
 
 DEFAULT_PATHS = {
     "docker": "/etc/docker/daemon.json",
     "containerd": "/etc/containerd/config.toml",
     "crio": "/etc/crio/crio.conf.d/99-nvidia.conf",
 }
+# Checked before the host is read. The name becomes a key in every engine's configuration and a Kubernetes
+# RuntimeClass handler; runc is Docker's reserved name for its own runtime.
+RULES: dict[str, _validate.Rule] = {
+    "path": _validate.Path(),
+    "dropin": _validate.Path(),
+    "config_version": _validate.Integer(2, 3, "containerd config versions 2 (containerd 1.x) and 3 (containerd 2.x)"),
+    "name": _validate.Identifier(_validate.RUNTIME_NAME_RE, "a runtime name that every engine accepts: a DNS label of "
+                                 "lower-case letters, digits and '-', at most 63 characters, such as nvidia",
+                                 max_length=63, reserved=("runc",)),
+    "runtime_path": _validate.Path(space=False),
+}
 
 
-def read_text(module: AnsibleModule, path: str) -> str | None:
-    data = _files.read_bytes(path)
+def check_options(params: dict[str, t.Any]) -> list[str]:
+    """Everything wrong with the options, before anything is read from the host."""
+    errors = _validate.check(params, RULES)
+    if errors or params["runtime"] != "containerd":
+        return errors
+    dropin = params["dropin"]
+    if not dropin.endswith(".toml"):
+        errors.append("dropin: %r must end with .toml: containerd imports the drop-in directory's *.toml" % dropin)
+    elif any(c in os.path.dirname(dropin) for c in "*?[]"):
+        errors.append("dropin: %r: its directory holds a glob character, so the import glob would match other files" % dropin)
+    elif os.path.abspath(dropin) == os.path.abspath(params["path"] or DEFAULT_PATHS["containerd"]):
+        errors.append("dropin: %r is the main config itself; choose another file" % dropin)
+    return errors
+
+
+def read_text(module: AnsibleModule, path: str, what: str) -> str | None:
+    data = _files.read_bytes(path, what)
     if data is None:
         return None
     try:
         return to_text(data, errors="strict")
     except UnicodeDecodeError as exc:
-        module.fail_json(msg="%s is not UTF-8 text (%s); it was not changed" % (path, exc), path=path)
+        module.fail_json(msg="%s %r is not UTF-8 text (%s); it was not changed" % (what, path, exc), path=path)
     return None  # pragma: no cover
 
 
-def plan(module: AnsibleModule) -> list[tuple[str, str]]:
-    """The files and the content each must hold. Fails the module, before any write, on a file it cannot parse."""
+def plan(module: AnsibleModule) -> list[tuple[str, str, str]]:
+    """The files, their option names and the content each must hold. Fails, before any write, on a file it cannot
+    use or parse."""
     p = module.params
     runtime = p["runtime"]
     path = os.path.abspath(p["path"] or DEFAULT_PATHS[runtime])
     try:
         if runtime == "docker":
-            return [(path, _runtime.docker_merge(read_text(module, path), path, p["name"], p["runtime_path"],
-                                                 p["default_runtime"], p["cdi"]))]
+            return [(path, "path", _runtime.docker_merge(read_text(module, path, "path"), path, p["name"], p["runtime_path"],
+                                                         p["default_runtime"], p["cdi"]))]
         if runtime == "containerd":
-            text = read_text(module, path)
-            main = _runtime.parse_toml(text, path)
             dropin = os.path.abspath(p["dropin"])
-            _runtime.parse_toml(read_text(module, dropin), dropin)
+            _files.check_file(dropin, "dropin")
+            text = read_text(module, path, "path")
+            main = _runtime.parse_toml(text, path)
+            _runtime.parse_toml(read_text(module, dropin, "dropin"), dropin)
             version = _runtime.containerd_version(main, p["config_version"], path)
             glob = os.path.join(os.path.dirname(dropin), "*.toml")
-            document = _runtime.containerd_dropin(main, version, p["name"], p["runtime_path"], p["default_runtime"])
+            document = _runtime.containerd_dropin(main, version, p["name"], p["runtime_path"], p["default_runtime"], path)
             # The drop-in first: the main config imports it only once it exists.
             return [
-                (dropin, _runtime.dump_toml(document, _runtime.DROPIN_HEADER)),
-                (path, _runtime.containerd_main(text, main, path, glob, version)),
+                (dropin, "dropin", _runtime.dump_toml(document, _runtime.DROPIN_HEADER)),
+                (path, "path", _runtime.containerd_main(text, main, path, glob, version)),
             ]
-        _runtime.parse_toml(read_text(module, path), path)
-        return [(path, _runtime.dump_toml(_runtime.crio_dropin(p["name"], p["runtime_path"], p["default_runtime"]),
-                                          _runtime.DROPIN_HEADER))]
+        _runtime.parse_toml(read_text(module, path, "path"), path)
+        return [(path, "path", _runtime.dump_toml(_runtime.crio_dropin(p["name"], p["runtime_path"], p["default_runtime"]),
+                                                  _runtime.DROPIN_HEADER))]
+    except _files.FileError as exc:
+        module.fail_json(msg=str(exc), path=exc.path)
     except _runtime.RuntimeConfigError as exc:
         module.fail_json(msg=str(exc), path=path)
     return []  # pragma: no cover
@@ -196,21 +234,28 @@ def main() -> None:
         ),
         supports_check_mode=True,
     )
+    errors = check_options(module.params)
+    if errors:
+        module.fail_json(msg="; ".join(errors), errors=errors)
     files = plan(module)
 
     changed_files: list[str] = []
     backups: list[str] = []
     diffs: list[dict[str, t.Any]] = []
-    for path, content in files:
+    for path, what, content in files:
         data = to_bytes(content)
         directory = os.path.dirname(path)
-        if not os.path.isdir(directory):
-            changed_files.append(path)
-            diffs.append(_files.make_diff(path, None, data))
-            if module.check_mode:
-                continue
-            os.makedirs(directory, mode=0o755)
-        outcome = _files.write_file(module, path, data, backup=module.params["backup"])
+        try:
+            exists = _files.check_directory(directory, what)
+            if not exists:
+                changed_files.append(path)
+                diffs.append(_files.make_diff(path, None, data))
+                if module.check_mode:
+                    continue
+                _files.make_dirs(directory, what)
+        except _files.FileError as exc:
+            module.fail_json(msg=str(exc), path=exc.path)
+        outcome = _files.write_file(module, path, data, backup=module.params["backup"], what=what)
         if outcome.changed and path not in changed_files:
             changed_files.append(path)
             diffs.append(outcome.diff)
@@ -219,7 +264,7 @@ def main() -> None:
 
     module.exit_json(
         changed=bool(changed_files),
-        files=[path for path, _content in files],
+        files=[path for path, _what, _content in files],
         changed_files=changed_files,
         backup_files=backups,
         runtime_name=module.params["name"],
