@@ -2,7 +2,8 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""Driver filters: nvidia_driver_plan, nvidia_driver_candidate_errors, gpg_primary_fingerprints.
+"""Driver filters: nvidia_driver_plan, nvidia_driver_candidate_errors, nvidia_driver_packages, nvidia_driver_versionlock,
+gpg_primary_fingerprints.
 
 Their documentation is in the sidecar .yml files. The decisions live in module_utils/_driver.py.
 """
@@ -11,6 +12,8 @@ from __future__ import annotations
 
 import typing as t
 from collections.abc import Mapping
+
+from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpuhost.nvidia.plugins.module_utils import _driver
 from ansible_collections.gpuhost.nvidia.plugins.plugin_utils._filter_args import gpu_facts, mapping
@@ -32,6 +35,25 @@ def nvidia_driver_candidate_errors(plan: t.Any, candidate: t.Any, request: t.Any
     return _driver.check_candidate(mapping(plan, "nvidia_driver_candidate_errors plan"), candidate, mapping(request, "request"), source_label)
 
 
+def nvidia_driver_packages(plan: t.Any, table: t.Any = None, host: t.Any = None) -> dict[str, t.Any]:
+    """The package names of one source's table for the plan's branch, version and flavour (and what the pin holds)."""
+    return _driver.resolve_packages(
+        mapping(plan, "nvidia_driver_packages plan"), mapping(table, "nvidia_driver_packages table"), mapping(host, "nvidia_driver_packages host")
+    )
+
+
+def nvidia_driver_versionlock(names: t.Any, plan: t.Any = None, style: str = "dnf4") -> list[t.Any]:
+    """dnf versionlock entries holding ``names`` at the plan's branch or version: dnf4 lock-list lines or dnf5 entries."""
+    plan_map = mapping(plan, "nvidia_driver_versionlock plan")
+    if not plan_map.get("version") and plan_map.get("branch") in (None, ""):
+        raise AnsibleFilterError("nvidia_driver_versionlock: the plan has neither a branch nor a version to hold")
+    if style == "dnf4":
+        return _driver.versionlock_dnf4(names, plan_map)
+    if style == "dnf5":
+        return _driver.versionlock_dnf5(names, plan_map)
+    raise AnsibleFilterError("nvidia_driver_versionlock: style must be dnf4 or dnf5, got %r" % (style,))
+
+
 def gpg_primary_fingerprints(colons: t.Any) -> list[str]:
     """Primary key fingerprints from ``gpg --with-colons`` output."""
     if isinstance(colons, Mapping):
@@ -44,5 +66,7 @@ class FilterModule:
         return {
             "nvidia_driver_plan": nvidia_driver_plan,
             "nvidia_driver_candidate_errors": nvidia_driver_candidate_errors,
+            "nvidia_driver_packages": nvidia_driver_packages,
+            "nvidia_driver_versionlock": nvidia_driver_versionlock,
             "gpg_primary_fingerprints": gpg_primary_fingerprints,
         }

@@ -175,9 +175,9 @@ def plan(
     if branch_req not in (None, "") and (branch is None or str(branch_req).strip() != str(branch)):
         errors.append("nvidia_driver_branch must be a driver branch number such as 580, got %r" % (branch_req,))
         branch = None
-    elif branch is not None and branch not in _catalog.BRANCH_MAX_CUDA:
+    elif branch is not None and not _catalog.is_known_branch(branch):
         errors.append(
-            "unknown driver branch %d: the catalog knows %s" % (branch, ", ".join(str(b) for b in sorted(_catalog.BRANCH_MAX_CUDA) if b >= 470))
+            "unknown driver branch %d: the catalog knows %s" % (branch, ", ".join(str(b) for b in _catalog.known_branches(470)))
         )
         branch = None
     if version is not None:
@@ -216,16 +216,25 @@ def plan(
     result["dkms"] = bool(src_caps.get("dkms", True))
     result["signed_modules"] = bool(src_caps.get("signed_modules"))
 
-    # Branch: what the source offers.
+    # Branch: what the source offers (an empty list: whatever its repository holds, checked once it is configured).
     offered = sorted(int(b) for b in _as_list(src_caps.get("branches")))
+    branch_from_default = False
     if branch is None:
         default = src_caps.get("default_branch")
         branch = parse_branch(default) if default not in (None, "") else None
+        branch_from_default = branch is not None
     if branch is not None and offered and branch not in offered:
         errors.append(
             "driver branch %d is not offered by the %s source on %s (offered: %s)" % (branch, source, distro, ", ".join(str(b) for b in offered))
         )
+    minimum = src_caps.get("min_branch")
+    if branch is not None and minimum not in (None, "") and branch < int(minimum):
+        errors.append(
+            "driver branch %d is not offered by the %s source on %s: its repository starts at branch %s%s"
+            % (branch, source, distro, minimum, (": " + str(src_caps.get("min_branch_note"))) if src_caps.get("min_branch_note") else "")
+        )
     result["branch"] = branch
+    result["lifecycle"] = _catalog.branch_lifecycle(branch) if branch is not None else None
 
     # CUDA requirement.
     cuda = str(request.get("cuda_version") or "").strip() or None
@@ -290,7 +299,9 @@ def plan(
 
     # Branch against the GPUs.
     if branch is not None:
-        errors.extend(check_branch_for_gpus(branch, arch_by_gpu))
+        errors.extend(check_branch_for_gpus(branch, arch_by_gpu, src_caps if branch_from_default else None, source, distro))
+    if cuda is not None:
+        errors.extend(check_cuda_for_gpus(cuda, arch_by_gpu))
 
     # Secure Boot.
     if host.get("secure_boot"):
@@ -413,16 +424,40 @@ def _describe(entries: Sequence[tuple[t.Any, str | None]]) -> str:
     return "; ".join("%s GPUs (%s)" % (arch, ", ".join(buses)) for arch, buses in by_arch.items())
 
 
-def check_branch_for_gpus(branch: int, arch_by_gpu: Sequence[tuple[t.Any, str | None]]) -> list[str]:
+def check_branch_for_gpus(
+    branch: int,
+    arch_by_gpu: Sequence[tuple[t.Any, str | None]],
+    default_of: Mapping[str, t.Any] | None = None,
+    source: str | None = None,
+    distro: str = "",
+) -> list[str]:
+    """Errors for GPUs the branch cannot drive. ``default_of``: the source's capabilities when the branch is its default."""
     errors = []
     too_new = [(bus, a) for bus, a in arch_by_gpu if a and (_catalog.last_supported_branch(a) or 10**6) < branch]
     too_old = [(bus, a) for bus, a in arch_by_gpu if a and FIRST_BRANCH.get(a, 0) > branch]
     for bus, arch in too_new:
-        errors.append(
-            "driver branch %d no longer supports %s GPU %s: its last branch is %d" % (branch, arch, bus, _catalog.last_supported_branch(arch))
-        )
+        last = _catalog.last_supported_branch(arch)
+        if default_of is not None:
+            hint = "; branch %d is the default of the %s source on %s%s: set nvidia_driver_branch: %d where a source offers it" % (
+                branch, source, distro, (" (" + str(default_of.get("default_branch_note")) + ")") if default_of.get("default_branch_note") else "", last)
+        else:
+            hint = "; set nvidia_driver_branch: %d" % last
+        errors.append("driver branch %d no longer supports %s GPU %s: its last branch is %d%s" % (branch, arch, bus, last, hint))
     for bus, arch in too_old:
         errors.append("driver branch %d predates %s GPU %s: it needs branch %d or newer" % (branch, arch, bus, FIRST_BRANCH[arch]))
+    return errors
+
+
+def check_cuda_for_gpus(cuda: str, arch_by_gpu: Sequence[tuple[t.Any, str | None]]) -> list[str]:
+    """Errors for GPUs whose last CUDA toolkit is older than the requested one (Maxwell/Pascal/Volta end at 12.x)."""
+    parts = version_tuple(cuda)
+    if not parts:
+        return []
+    errors = []
+    for bus, arch in arch_by_gpu:
+        last = _catalog.last_cuda_major(arch) if arch else None
+        if last is not None and parts[0] > last:
+            errors.append("%s GPU %s cannot run CUDA %s: CUDA %d.x is the last toolkit for %s" % (arch, bus, cuda, last, arch))
     return errors
 
 
@@ -433,7 +468,12 @@ def check_cuda(driver: t.Any, cuda: str, minor_compat: bool = False) -> list[str
     driver_text = str(driver)
     supported = _catalog.cuda_supported(driver_text, cuda, minor_compat)
     if supported is None:
-        return ["cannot tell whether driver %s runs CUDA %s: the CUDA version is unknown to the catalog" % (driver_text, cuda)]
+        if not version_tuple(cuda) or not version_tuple(driver_text):
+            return ["cannot tell whether driver %s runs CUDA %s: the CUDA version is unknown to the catalog" % (driver_text, cuda)]
+        return [
+            "cannot tell whether driver %s runs CUDA %s: no public source the catalog records says so (docs/sources.md); "
+            "choose a branch the catalog knows to run it, or leave nvidia_driver_cuda_version empty" % (driver_text, cuda)
+        ]
     if supported:
         return []
     branch = parse_branch(driver_text)
@@ -495,3 +535,98 @@ def gpg_primary_fingerprints(colons: t.Any) -> list[str]:
 
 def normalize_fingerprint(value: t.Any) -> str:
     return re.sub(r"[^0-9A-Fa-f]", "", str(value or "")).upper()
+
+
+_PLACEHOLDER_RE = re.compile(r"\{(branch|pin|kernel_flavour)\}")
+PACKAGE_KEYS = ("module", "userspace", "desktop", "fabric_manager", "nvlsm", "settings", "pin", "pinning")
+
+
+def _fill(value: t.Any, fills: Mapping[str, str]) -> t.Any:
+    if isinstance(value, Mapping):
+        return {k: _fill(v, fills) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_fill(v, fills) for v in value]
+    if isinstance(value, str):
+        return _PLACEHOLDER_RE.sub(lambda m: fills.get(m.group(1)) or m.group(0), value)
+    return value
+
+
+def _names(value: t.Any) -> list[str]:
+    if isinstance(value, Mapping):
+        return [n for v in value.values() for n in _names(v)]
+    return [str(v) for v in _as_list(value) if str(v).strip()]
+
+
+def resolve_packages(plan_result: Mapping[str, t.Any], table: Mapping[str, t.Any] | None, host: Mapping[str, t.Any] | None = None) -> dict[str, t.Any]:
+    """The package names of one source for the plan's branch and flavour.
+
+    ``table`` is one source's entry of the role's ``__nvidia_driver_packages``: ``module``/``desktop`` per flavour,
+    ``userspace``, ``fabric_manager``, ``nvlsm``, ``settings`` (the userland the gpu_settings role installs), ``pin``
+    (more driver packages the installed ones depend on, held with them), ``pinning`` (NVIDIA's pinning package, apt
+    only) and ``by_branch`` ({first branch: overrides}), whose entries at or below the plan's branch apply in order.
+    Names may hold ``{branch}``, ``{pin}`` (the exact version when one is asked for, else the branch) and
+    ``{kernel_flavour}``.
+
+    Returns the same keys, resolved, plus ``hold``: every exact name the branch pin must cover (both flavours, the
+    desktop set and the settings userland too, so the pin does not change when a toggle does), sorted.
+    """
+    table = dict(table or {})
+    branch = plan_result.get("branch")
+    overrides = table.pop("by_branch", None) or {}
+    if branch is not None:
+        for first in sorted(overrides, key=int):
+            if int(branch) >= int(first):
+                table.update(overrides[first] or {})
+    fills = {
+        "branch": str(branch) if branch is not None else "",
+        "pin": str(plan_result.get("version") or (branch if branch is not None else "")),
+        "kernel_flavour": str((host or {}).get("kernel_flavour") or ""),
+    }
+    resolved: dict[str, t.Any] = {}
+    for key in PACKAGE_KEYS:
+        value = _fill(table.get(key), fills)
+        if key in ("module", "desktop"):
+            value = {f: _names((value or {}).get(f)) for f in ("open", "proprietary")}
+        elif key == "pinning":
+            value = str(value or "")
+        else:
+            value = _names(value)
+        resolved[key] = value
+    hold = set(_names(resolved["module"]) + _names(resolved["desktop"]))
+    for key in ("userspace", "fabric_manager", "nvlsm", "settings", "pin"):
+        hold.update(resolved[key])
+    resolved["hold"] = sorted(n for n in hold if n)
+    resolved["errors"] = sorted(
+        {"package name %r needs %s, which the plan does not set" % (n, m.group(0)) for n in resolved["hold"] + [resolved["pinning"]] for m in [_PLACEHOLDER_RE.search(n)] if m}
+    )
+    return resolved
+
+
+# NVIDIA's driver rpms carry epoch 3 (NVIDIA's version-locking guide; dnf5-versionlock(8) locks "*nvidia*" to 3:570).
+NVIDIA_RPM_EPOCH = 3
+
+
+def versionlock_dnf4(names: t.Any, plan_result: Mapping[str, t.Any]) -> list[str]:
+    """Lines of the dnf4 versionlock plugin's lock list holding ``names`` at the plan's branch or exact version.
+
+    ``name-580.*`` (the NEV form with a glob version) holds every 580 release; ``name-580.65.06-*`` one version. Lines
+    are written as they are (``dnf versionlock add --raw``), so a later release of the branch is not locked out.
+    """
+    version = plan_result.get("version")
+    glob = ("%s-*" % version) if version else ("%s.*" % plan_result.get("branch"))
+    return ["%s-%s" % (name, glob) for name in sorted(set(_names(names)))]
+
+
+def versionlock_dnf5(names: t.Any, plan_result: Mapping[str, t.Any], epoch: int = NVIDIA_RPM_EPOCH) -> list[dict[str, t.Any]]:
+    """Entries of dnf5's /etc/dnf/versionlock.toml holding ``names`` at the branch (an evr range) or exact version."""
+    version = plan_result.get("version")
+    if version:
+        # [3:V, 3:V.0): every release of exactly this version (rpm version comparison: V < V.0 < the next V).
+        low, high = "%d:%s" % (epoch, version), "%d:%s.0" % (epoch, version)
+    else:
+        branch = int(plan_result.get("branch"))
+        low, high = "%d:%d" % (epoch, branch), "%d:%d" % (epoch, branch + 1)
+    return [
+        {"name": name, "conditions": [{"key": "evr", "comparator": ">=", "value": low}, {"key": "evr", "comparator": "<", "value": high}]}
+        for name in sorted(set(_names(names)))
+    ]

@@ -16,7 +16,8 @@ DEBIAN = {
     "supported": True,
     "versions": ["12"],
     "sources": {
-        "nvidia": {"available": True, "branches": [535, 550, 570, 580], "default_branch": 580, "flavours": ["open", "proprietary"],
+        # NVIDIA's repository: no static branch list, the repository itself is checked once configured.
+        "nvidia": {"available": True, "branches": [], "default_branch": 580, "flavours": ["open", "proprietary"],
                    "dkms": True, "fabric_manager": True, "foreign_packages": ["nvidia-open-kernel-dkms"]},
         "distro": {"available": True, "branches": [535], "default_branch": 535, "flavours": ["open", "proprietary"], "dkms": True,
                    "fabric_manager": False, "foreign_packages": ["nvidia-kernel-open-dkms", "cuda-drivers"],
@@ -109,10 +110,15 @@ def test_host_without_gpu_is_skipped_unless_forced():
 @pytest.mark.parametrize("branch, message", [
     ("123", "unknown driver branch 123: the catalog knows 470, "),
     ("latest", "nvidia_driver_branch must be a driver branch number such as 580, got 'latest'"),
-    ("545", "driver branch 545 is not offered by the nvidia source on Debian 12.8 (offered: 535, 550, 570, 580)"),
 ])
 def test_bad_branches_fail_with_their_reason(branch, message):
     p = plan({"branch": branch})
+    assert any(message in e for e in p["errors"]), p["errors"]
+
+
+def test_a_branch_the_distro_archive_lacks():
+    p = plan({"branch": "545", "source": "distro"})
+    message = "driver branch 545 is not offered by the distro source on Debian 12.8 (offered: 535)"
     assert any(message in e for e in p["errors"]), p["errors"]
 
 
@@ -191,7 +197,10 @@ def test_open_on_pre_turing_fails():
 
 
 def test_branch_against_gpu_generations():
-    assert "driver branch 535 no longer supports Kepler GPU 0000:04:00.0: its last branch is 470" in plan({"source": "distro"}, gpus=(K80,))["errors"]
+    assert plan({"source": "distro"}, gpus=(K80,))["errors"] == [
+        "driver branch 535 no longer supports Kepler GPU 0000:04:00.0: its last branch is 470; branch 535 is the default of the distro "
+        "source on Debian 12.8: set nvidia_driver_branch: 470 where a source offers it"
+    ]
     assert "driver branch 550 predates Blackwell GPU 0000:1a:00.0: it needs branch 570 or newer" in plan({"branch": "550"}, gpus=(B200,))["errors"]
 
 
@@ -296,3 +305,107 @@ def test_pci_functions_without_a_richer_source_count_as_gpus():
     f = {"present": True, "gpus": [], "pci_functions": functions}
     p = _driver.plan({"source": "distro"}, f, HOST, DEBIAN)
     assert p["gpus"] == ["0000:3b:00.0"] and p["flavour"] == "proprietary"
+
+
+GTX1070 = gpu("0000:02:00.0", "10de:1b81")  # Pascal
+
+
+@pytest.mark.parametrize("branch", ["590", "595", "610", "620"])
+def test_590_or_later_on_pascal_fails_early_and_names_580(branch):
+    p = plan({"branch": branch}, gpus=(GTX1070,))
+    assert p["errors"] == [
+        "driver branch %s no longer supports Pascal GPU 0000:02:00.0: its last branch is 580; set nvidia_driver_branch: 580" % branch
+    ]
+    assert plan({"branch": "580"}, gpus=(GTX1070,))["errors"] == []
+
+
+def test_a_source_default_past_580_names_580_for_pascal():
+    caps = copy.deepcopy(DEBIAN)
+    caps["sources"]["nvidia"].update(default_branch=595, default_branch_note="its repository has no 580 branch")
+    p = plan({}, gpus=(GTX1070,), caps=caps)
+    assert p["errors"] == [
+        "driver branch 595 no longer supports Pascal GPU 0000:02:00.0: its last branch is 580; branch 595 is the default of the nvidia source "
+        "on Debian 12.8 (its repository has no 580 branch): set nvidia_driver_branch: 580 where a source offers it"
+    ]
+
+
+def test_a_repository_that_starts_at_a_branch_refuses_older_ones():
+    caps = copy.deepcopy(DEBIAN)
+    caps["sources"]["nvidia"].update(min_branch=590, min_branch_note="NVIDIA's debian13 repository begins with 590")
+    assert plan({"branch": "580"}, caps=caps)["errors"] == [
+        "driver branch 580 is not offered by the nvidia source on Debian 12.8: its repository starts at branch 590: NVIDIA's debian13 "
+        "repository begins with 590"
+    ]
+
+
+def test_cuda_13_on_pascal_names_the_last_toolkit():
+    p = plan({"branch": "580", "cuda_version": "13.0"}, gpus=(GTX1070,))
+    assert p["errors"] == ["Pascal GPU 0000:02:00.0 cannot run CUDA 13.0: CUDA 12.x is the last toolkit for Pascal"]
+    assert plan({"branch": "580", "cuda_version": "12.8"}, gpus=(GTX1070,))["errors"] == []
+
+
+def test_plan_carries_the_branch_lifecycle():
+    assert plan()["lifecycle"] == {"designation": "Long Term Support Branch", "end_of_life": "2028-06"}
+    assert plan({"branch": "620"})["lifecycle"] == {"designation": "Long Term Support Branch", "end_of_life": "2029-09"}
+
+
+def test_unconfirmed_cuda_minor_is_an_error_not_a_guess():
+    p = plan({"branch": "620", "cuda_version": "13.3"})
+    assert p["errors"] == [
+        "cannot tell whether driver 620 runs CUDA 13.3: no public source the catalog records says so (docs/sources.md); choose a branch "
+        "the catalog knows to run it, or leave nvidia_driver_cuda_version empty"
+    ]
+    assert plan({"branch": "620", "cuda_version": "13.2"})["errors"] == []
+
+
+UBUNTU_NVIDIA_TABLE = {
+    "module": {"open": ["nvidia-dkms-{branch}-open"], "proprietary": ["nvidia-dkms-{branch}"]},
+    "userspace": ["libnvidia-compute-{branch}", "nvidia-utils-{branch}"],
+    "desktop": {"open": ["nvidia-driver-{branch}-open"], "proprietary": ["cuda-drivers-{branch}"]},
+    "fabric_manager": ["nvidia-fabricmanager-{branch}"],
+    "nvlsm": ["nvlsm"],
+    "settings": ["nvidia-compute-utils-{branch}", "nvidia-utils-{branch}"],
+    "pinning": "",
+    "by_branch": {
+        580: {"fabric_manager": ["nvidia-fabricmanager"]},
+        590: {
+            "module": {"open": ["nvidia-dkms-open"], "proprietary": ["nvidia-dkms"]},
+            "userspace": ["libnvidia-compute", "nvidia-utils"],
+            "desktop": {"open": ["nvidia-open"], "proprietary": ["cuda-drivers"]},
+            "settings": ["nvidia-compute-utils", "nvidia-utils"],
+            "pinning": "nvidia-driver-pinning-{pin}",
+        },
+    },
+}
+
+
+def test_packages_follow_the_branch():
+    p580 = _driver.resolve_packages({"branch": 580, "version": None, "flavour": "open"}, UBUNTU_NVIDIA_TABLE)
+    assert p580["module"] == {"open": ["nvidia-dkms-580-open"], "proprietary": ["nvidia-dkms-580"]}
+    assert (p580["fabric_manager"], p580["pinning"], p580["errors"]) == (["nvidia-fabricmanager"], "", [])
+    assert p580["hold"] == sorted(["nvidia-dkms-580-open", "nvidia-dkms-580", "libnvidia-compute-580", "nvidia-utils-580", "nvidia-driver-580-open",
+                                   "cuda-drivers-580", "nvidia-fabricmanager", "nvlsm", "nvidia-compute-utils-580"])
+    p595 = _driver.resolve_packages({"branch": 595, "version": None}, UBUNTU_NVIDIA_TABLE)
+    assert (p595["module"]["open"], p595["userspace"], p595["pinning"]) == (["nvidia-dkms-open"], ["libnvidia-compute", "nvidia-utils"],
+                                                                           "nvidia-driver-pinning-595")
+    exact = _driver.resolve_packages({"branch": 595, "version": "595.71.05"}, UBUNTU_NVIDIA_TABLE)
+    assert exact["pinning"] == "nvidia-driver-pinning-595.71.05"
+    p535 = _driver.resolve_packages({"branch": 535, "version": None}, UBUNTU_NVIDIA_TABLE)
+    assert p535["fabric_manager"] == ["nvidia-fabricmanager-535"]
+
+
+def test_packages_without_a_branch_report_the_placeholder():
+    assert _driver.resolve_packages({"branch": None}, UBUNTU_NVIDIA_TABLE)["errors"][0].startswith("package name 'cuda-drivers-{branch}' needs {branch}")
+    flavour = _driver.resolve_packages({"branch": 580}, {"module": {"open": ["linux-modules-nvidia-{branch}-server-open-{kernel_flavour}"]}},
+                                       {"kernel_flavour": "aws"})
+    assert flavour["module"]["open"] == ["linux-modules-nvidia-580-server-open-aws"]
+
+
+def test_versionlock_entries():
+    names = ["nvidia-driver", "kmod-nvidia-open-dkms", "nvidia-driver"]
+    assert _driver.versionlock_dnf4(names, {"branch": 580}) == ["kmod-nvidia-open-dkms-580.*", "nvidia-driver-580.*"]
+    assert _driver.versionlock_dnf4(["nvidia-driver"], {"branch": 580, "version": "580.65.06"}) == ["nvidia-driver-580.65.06-*"]
+    assert _driver.versionlock_dnf5(["nvidia-driver"], {"branch": 580}) == [
+        {"name": "nvidia-driver", "conditions": [{"key": "evr", "comparator": ">=", "value": "3:580"},
+                                                 {"key": "evr", "comparator": "<", "value": "3:581"}]}]
+    assert _driver.versionlock_dnf5(["nvidia-driver"], {"branch": 580, "version": "580.65.06"})[0]["conditions"][1]["value"] == "3:580.65.06.0"
