@@ -19,6 +19,8 @@ import traceback
 import typing as t
 from dataclasses import dataclass, field
 
+from ansible_collections.gpuhost.nvidia.plugins.module_utils._validate import bad_character, show
+
 try:
     import yaml
 except ImportError:  # pragma: no cover - exercised through the module's missing_required_lib path
@@ -79,7 +81,17 @@ _SIZE_RE = re.compile(r"^\d+(\.\d+)?\s*([bkmgt]|[kmgt]b|[kmgt]ib)?$", re.IGNOREC
 _ULIMIT_NAME_RE = re.compile(r"^[a-z]+$")
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 _SERVICE_NAME_RE = re.compile(r"^[a-zA-Z0-9._-]+$")
+_RUNTIME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_DEVICE_NODE_RE = re.compile(r"^/dev/nvidia[A-Za-z0-9_-]*(/[A-Za-z0-9_-][A-Za-z0-9_.-]*)*$")
+_VERSION_RE = re.compile(r"^\d+(\.\d+)*$")
 PASSTHROUGH_DRIVERS = ("vfio-pci", "pci-stub", "nouveau")
+# Limits beyond anything real, so that a typo is refused instead of written (compose reads numbers as 64-bit
+# integers, and no host has more GPUs, no GPU more memory).
+MAX_GPUS = 64
+MAX_MEMORY_MIB = 1024 * 1024
+MAX_INT64 = 2 ** 63 - 1
+MAX_NAME = 128
+MAX_ENV_VALUE = 32768
 
 
 class ComposeError(ValueError):
@@ -142,68 +154,160 @@ def _usable(gpu: dict[str, t.Any]) -> str | None:
 
 
 def library_paths(facts: dict[str, t.Any]) -> dict[str, t.Any]:
-    """The driver library paths from ``driver.library_paths`` or, failing that, a top-level ``library_paths``."""
-    driver = facts.get("driver") or {}
-    found = driver.get("library_paths") if isinstance(driver, dict) else None
-    if not isinstance(found, dict) or not found:
-        found = facts.get("library_paths")
-    return found if isinstance(found, dict) else {}
+    """The driver library paths, key by key from ``driver.library_paths`` or, where that has none (a missing key or
+    null, as nvidia_gpu_facts reports a library it did not find), from a top-level ``library_paths``."""
+    driver = facts.get("driver")
+    nested = driver.get("library_paths") if isinstance(driver, dict) else None
+    top = facts.get("library_paths")
+    found = {k: v for k, v in top.items() if v} if isinstance(top, dict) else {}
+    if isinstance(nested, dict):
+        found.update({k: v for k, v in nested.items() if v})
+    return found
 
 
 # --------------------------------------------------------------------------------------------------- validation
+
+
+def facts_errors(facts: t.Any) -> list[str]:
+    """What the facts must look like for their values to be written: GPU indices are small integers, UUIDs are UUIDs.
+
+    The facts come from nvidia_gpu_facts, but they are an option like any other, and their ids end up in the file.
+    """
+    if facts is None:
+        return []
+    if not isinstance(facts, dict):
+        return ["facts must be ansible_facts.nvidia_gpu (a mapping), not %s" % show(facts)]
+    gpus = facts.get("gpus")
+    if gpus is not None and not isinstance(gpus, list):
+        return ["facts: gpus must be a list, not %s" % show(gpus)]
+    errors = []
+    for number, gpu in enumerate(gpus or []):
+        if not isinstance(gpu, dict):
+            errors.append("facts: gpus[%d] must be a mapping, not %s" % (number, show(gpu)))
+            continue
+        index = gpu.get("index")
+        if index is not None and (isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < MAX_GPUS):
+            errors.append("facts: gpus[%d].index %s is not a GPU index (0 to %d)" % (number, show(index), MAX_GPUS - 1))
+        uuid = gpu.get("uuid")
+        if uuid is not None and (not isinstance(uuid, str) or len(uuid) > 128 or not _GPU_UUID_RE.fullmatch(uuid)):
+            errors.append("facts: gpus[%d].uuid %s is not a GPU UUID" % (number, show(uuid)))
+        migs = gpu.get("mig_devices")
+        if migs is not None and not isinstance(migs, list):
+            errors.append("facts: gpus[%d].mig_devices must be a list, not %s" % (number, show(migs)))
+            continue
+        for pos, mig in enumerate(migs or []):
+            muuid = mig.get("uuid") if isinstance(mig, dict) else None
+            if muuid is not None and (not isinstance(muuid, str) or len(muuid) > 128 or not _MIG_UUID_RE.fullmatch(muuid)):
+                errors.append("facts: gpus[%d].mig_devices[%d].uuid %s is not a MIG UUID" % (number, pos, show(muuid)))
+    return errors
+
 
 
 def _check_size(value: t.Any) -> bool:
     if isinstance(value, bool):
         return False
     if isinstance(value, int):
-        return value > 0
-    return isinstance(value, str) and bool(_SIZE_RE.match(value.strip()))
+        return 0 < value <= MAX_INT64
+    return isinstance(value, str) and len(value) <= 32 and bool(_SIZE_RE.fullmatch(value.strip()))
 
 
 def _ulimit_value(value: t.Any) -> bool:
     if isinstance(value, bool):
         return False
-    if isinstance(value, int):
-        return value >= -1
-    if isinstance(value, str):
-        return bool(re.match(r"^-?\d+$", value))
-    return False
+    if isinstance(value, str) and re.fullmatch(r"-?\d{1,19}", value):
+        value = int(value)
+    return isinstance(value, int) and -1 <= value <= MAX_INT64
 
 
 def _normalise_ulimits(name: str, ulimits: dict[str, t.Any], errors: list[str]) -> dict[str, t.Any]:
     out: dict[str, t.Any] = {}
-    for key in sorted(ulimits):
+    for key in sorted(ulimits, key=str):
         value = ulimits[key]
-        if not _ULIMIT_NAME_RE.match(str(key)):
-            errors.append("service %r: ulimit name %r must be lower-case letters (for example memlock or stack)" % (name, key))
+        if not isinstance(key, str) or len(key) > 32 or not _ULIMIT_NAME_RE.fullmatch(key):
+            errors.append("service %r: ulimit name %s must be lower-case letters (for example memlock or stack)" % (name, show(key)))
             continue
         if isinstance(value, dict):
             if set(value) != {"soft", "hard"} or not all(_ulimit_value(v) for v in value.values()):
-                errors.append("service %r: ulimit %s must be a number or a mapping with exactly soft and hard numbers" % (name, key))
+                errors.append("service %r: ulimit %s must be a number or a mapping with exactly soft and hard numbers, not %s"
+                              % (name, key, show(value)))
                 continue
-            out[key] = {"soft": int(value["soft"]), "hard": int(value["hard"])}
+            soft, hard = int(value["soft"]), int(value["hard"])
+            if hard != -1 and (soft == -1 or soft > hard):
+                errors.append("service %r: ulimit %s: soft %d is above hard %d" % (name, key, soft, hard))
+                continue
+            out[key] = {"soft": soft, "hard": hard}
         elif _ulimit_value(value):
             out[key] = int(value)
         else:
-            errors.append("service %r: ulimit %s=%r is not a number (-1 means unlimited)" % (name, key, value))
+            errors.append("service %r: ulimit %s=%s is not a number from -1 (unlimited) to %d" % (name, key, show(value), MAX_INT64))
     return out
+
+
+def _check_device_id(name: str, raw: t.Any, errors: list[str]) -> None:
+    """What any device id must be, facts or not: a small index, or a short printable-ASCII string."""
+    if isinstance(raw, bool) or not isinstance(raw, (int, str)):
+        errors.append("service %r: device_ids: %s is %s, not a GPU index or a device name" % (name, show(raw), type(raw).__name__))
+    elif isinstance(raw, int):
+        if not 0 <= raw < MAX_GPUS:
+            errors.append("service %r: device_ids: %r is not a GPU index (0 to %d)" % (name, raw, MAX_GPUS - 1))
+    elif not raw.strip() or len(raw) > 256 or bad_character(raw) or raw != raw.strip():
+        errors.append("service %r: device_ids: %s is not a GPU index, a GPU-/MIG- UUID, a G:M MIG reference or a CDI "
+                      "device name" % (name, show(raw)))
+    else:
+        text = raw.strip()
+        mig = _MIG_REF_RE.fullmatch(text)
+        if (_INDEX_RE.fullmatch(text) and int(text) >= MAX_GPUS) or (mig and max(int(mig.group(1)), int(mig.group(2))) >= MAX_GPUS):
+            errors.append("service %r: device_ids: %r names a GPU or MIG device beyond any host (at most %d)" % (name, raw, MAX_GPUS))
+
+
+def _check_environment(name: str, environment: t.Any, errors: list[str]) -> None:
+    if not isinstance(environment, dict):
+        errors.append("service %r: environment must be a mapping of names to values, not %s" % (name, show(environment)))
+        return
+    for key, value in environment.items():
+        if not isinstance(key, str) or len(key) > 256 or not _ENV_NAME_RE.fullmatch(key):
+            errors.append("service %r: environment variable name %s is not valid" % (name, show(key)))
+            continue
+        if isinstance(value, (dict, list, tuple, set)):
+            errors.append("service %r: environment %s: the value %s is a %s; give a string, number or boolean"
+                          % (name, key, show(value), type(value).__name__))
+        elif value is not None and not isinstance(value, (str, int, float, bool)):
+            errors.append("service %r: environment %s: the value %s is not a string, number or boolean" % (name, key, show(value)))
+        elif isinstance(value, str) and (len(value) > MAX_ENV_VALUE or bad_character(value, ascii_only=False)):
+            errors.append("service %r: environment %s: the value %s %s" % (
+                name, key, show(value), bad_character(value, ascii_only=False) or "is longer than %d characters" % MAX_ENV_VALUE))
+        elif isinstance(value, float) and value != value:
+            errors.append("service %r: environment %s: the value %r is not a number" % (name, key, value))
 
 
 def _validate_service(svc: dict[str, t.Any], strategy: str, errors: list[str]) -> None:
     name = svc.get("name")
-    if not isinstance(name, str) or not _SERVICE_NAME_RE.match(name):
-        errors.append("service name %r is not a valid compose service name" % (name,))
+    if not isinstance(name, str) or len(name) > MAX_NAME or not _SERVICE_NAME_RE.fullmatch(name):
+        errors.append("service name %s is not a valid compose service name (letters, digits, '.', '_' and '-', at most %d)"
+                      % (show(name), MAX_NAME))
         return
     count = svc.get("count")
     ids = svc.get("device_ids")
     if count is not None and ids:
         errors.append("service %r: count and device_ids are mutually exclusive; give one of them" % name)
     if count is not None and not (count == "all" or (isinstance(count, int) and not isinstance(count, bool) and count >= 1)):
-        if isinstance(count, str) and _INDEX_RE.match(count) and int(count) >= 1:
-            svc["count"] = int(count)
+        if isinstance(count, str) and _INDEX_RE.fullmatch(count) and int(count) >= 1:
+            svc["count"] = count = int(count)
         else:
-            errors.append("service %r: count must be a positive number or 'all', not %r" % (name, count))
+            errors.append("service %r: count must be a positive number or 'all', not %s" % (name, show(count)))
+    if isinstance(count, int) and not isinstance(count, bool) and count > MAX_GPUS:
+        errors.append("service %r: count %d is more GPUs than any host has (at most %d)" % (name, count, MAX_GPUS))
+    if (svc.get("driver") or "nvidia") == "cdi" and isinstance(count, int) and not isinstance(count, bool) and strategy == "explicit":
+        errors.append("service %r: count %d does not go with driver cdi, which names devices: give device_ids, or count 'all'"
+                      % (name, count))
+    if ids is not None and not isinstance(ids, list):
+        errors.append("service %r: device_ids must be a list, not %s" % (name, show(ids)))
+    elif ids:
+        if len(ids) > MAX_GPUS * 8:
+            errors.append("service %r: device_ids has %d items, more than any host has devices" % (name, len(ids)))
+        else:
+            for raw in ids:
+                _check_device_id(name, raw, errors)
     if strategy != "explicit":
         if ids:
             errors.append("service %r: device_ids only go with strategy explicit; strategy %s places by count" % (name, strategy))
@@ -213,7 +317,9 @@ def _validate_service(svc: dict[str, t.Any], strategy: str, errors: list[str]) -
         errors.append("service %r: strategy pack needs memory_mib, the GPU memory the service needs" % name)
     memory = svc.get("memory_mib")
     if memory is not None and (isinstance(memory, bool) or not isinstance(memory, int) or memory < 1):
-        errors.append("service %r: memory_mib must be a positive number of MiB, not %r" % (name, memory))
+        errors.append("service %r: memory_mib must be a positive number of MiB, not %s" % (name, show(memory)))
+    elif memory is not None and memory > MAX_MEMORY_MIB:
+        errors.append("service %r: memory_mib %d is more memory than any GPU has (at most %d)" % (name, memory, MAX_MEMORY_MIB))
     driver = svc.get("driver") or "nvidia"
     if driver not in DRIVERS:
         errors.append("service %r: driver %r is not one of %s" % (name, driver, ", ".join(DRIVERS)))
@@ -223,21 +329,22 @@ def _validate_service(svc: dict[str, t.Any], strategy: str, errors: list[str]) -
     for preset in svc.get("environment_presets") or []:
         if preset not in PRESETS:
             errors.append("service %r: unknown environment preset %r (known: %s)" % (name, preset, ", ".join(sorted(PRESETS))))
-    for key in (svc.get("environment") or {}):
-        if not _ENV_NAME_RE.match(str(key)):
-            errors.append("service %r: environment variable name %r is not valid" % (name, key))
+    _check_environment(name, svc.get("environment") or {}, errors)
     ipc = svc.get("ipc")
-    if ipc is not None and not _IPC_RE.match(str(ipc)):
-        errors.append("service %r: ipc %r must be host, private, shareable, none, service:NAME or container:NAME" % (name, ipc))
+    if ipc is not None and (not isinstance(ipc, str) or len(ipc) > MAX_NAME or not _IPC_RE.fullmatch(ipc)):
+        errors.append("service %r: ipc %s must be host, private, shareable, none, service:NAME or container:NAME" % (name, show(ipc)))
     shm = svc.get("shm_size")
     if shm is not None and not _check_size(shm):
-        errors.append("service %r: shm_size %r must be a byte count or a size such as 8g or 512m" % (name, shm))
+        errors.append("service %r: shm_size %s must be a byte count or a size such as 8g or 512m" % (name, show(shm)))
     ulimits = svc.get("ulimits")
     if ulimits is not None and not isinstance(ulimits, dict):
-        errors.append("service %r: ulimits must be a mapping such as {memlock: -1, stack: 67108864}" % name)
+        errors.append("service %r: ulimits must be a mapping such as {memlock: -1, stack: 67108864}, not %s" % (name, show(ulimits)))
+    elif ulimits:
+        _normalise_ulimits(name, ulimits, errors)
     runtime = svc.get("runtime")
-    if runtime is not None and (not isinstance(runtime, str) or not runtime.strip()):
-        errors.append("service %r: runtime must be a runtime name such as nvidia" % name)
+    if runtime is not None and (not isinstance(runtime, str) or len(runtime) > MAX_NAME or not _RUNTIME_RE.fullmatch(runtime)):
+        errors.append("service %r: runtime must be a runtime name such as nvidia (letters, digits, '.', '_' and '-'), not %s"
+                      % (name, show(runtime)))
 
 
 # --------------------------------------------------------------------------------------------------- device ids
@@ -263,9 +370,13 @@ class _Resolver:
         if why:
             raise ComposeError("service %r: device id %r: %s" % (service, raw, why))
         if _mig_on(gpu):
-            self.warnings.append(
-                "service %r: %s has MIG enabled; a container given the whole GPU sees no CUDA device unless it also gets "
-                "MIG devices (ask for them as %s:N or by MIG UUID)" % (service, _gpu_label(gpu), gpu["index"])
+            migs = [m for m in gpu.get("mig_devices") or [] if isinstance(m, dict)]
+            names = ", ".join("%s:%d%s" % (gpu["index"], pos, " (%s)" % m["uuid"] if m.get("uuid") else "")
+                              for pos, m in enumerate(migs))
+            raise ComposeError(
+                "service %r: device id %r: %s has MIG enabled, and a whole GPU with MIG on is not placed (a container "
+                "given it sees no CUDA device); ask for its MIG devices instead: %s"
+                % (service, raw, _gpu_label(gpu), names or "none exist yet, create MIG instances first")
             )
         return Unit(gpu["index"], gpu.get("uuid"), str(gpu["index"]), gpu.get("memory_total_mib"), gpu.get("name"))
 
@@ -290,14 +401,14 @@ class _Resolver:
         text = str(raw).strip()
         if isinstance(raw, bool) or not text:
             raise ComposeError("service %r: device id %r is not a GPU index, a GPU-/MIG- UUID or a G:M MIG reference" % (service, raw))
-        if isinstance(raw, int) or _INDEX_RE.match(text):
+        if isinstance(raw, int) or _INDEX_RE.fullmatch(text):
             index = int(text)
             if index not in self.by_index:
                 raise ComposeError(
                     "service %r: device id %s is not on this host (GPU indices here: %s)" % (service, index, self._indices())
                 )
             return self._gpu_unit(self.by_index[index], service, raw)
-        match = _MIG_REF_RE.match(text)
+        match = _MIG_REF_RE.fullmatch(text)
         if match:
             index = int(match.group(1))
             if index not in self.by_index:
@@ -306,12 +417,12 @@ class _Resolver:
                     % (service, text, index, self._indices())
                 )
             return self._mig_unit(self.by_index[index], int(match.group(2)), service, text)
-        if _GPU_UUID_RE.match(text):
+        if _GPU_UUID_RE.fullmatch(text):
             gpu = self.by_uuid.get(text.lower())
             if gpu is None:
                 raise ComposeError("service %r: device id %s is not on this host (no GPU has that UUID)" % (service, text))
             return self._gpu_unit(gpu, service, text)
-        if _MIG_UUID_RE.match(text):
+        if _MIG_UUID_RE.fullmatch(text):
             found = self.mig_by_uuid.get(text.lower())
             if found is None:
                 raise ComposeError("service %r: device id %s is not on this host (no MIG device has that UUID)" % (service, text))
@@ -448,18 +559,25 @@ def vm_resources(facts: dict[str, t.Any] | None) -> tuple[list[str], list[dict[s
     version = driver.get("library_version") or driver.get("version")
     if not version:
         missing.append("the driver version (nvidia_gpu.driver.version)")
+    elif not isinstance(version, str) or not _VERSION_RE.fullmatch(version):
+        missing.append("a driver version such as 580.65.06 (the facts say %s)" % show(version))
     paths = library_paths(facts)
     libs: dict[str, str] = {}
     for soname, keys in LIBRARY_KEYS.items():
         path = next((paths[k] for k in keys if paths.get(k)), None)
         if not path:
             missing.append("the path of %s (nvidia_gpu.driver.library_paths.%s)" % (soname, keys[0]))
-        elif not isinstance(path, str) or not os.path.isabs(path):
-            missing.append("an absolute path of %s (the facts say %r)" % (soname, path))
+        elif (not isinstance(path, str) or not os.path.isabs(path) or bad_character(path) or any(c.isspace() for c in path)
+              or any(part in (".", "..") for part in path.split("/")) or len(path) > 4096):
+            missing.append("an absolute path of %s (the facts say %s)" % (soname, show(path)))
         else:
             libs[soname] = path
-    nodes = [n for n in facts.get("device_nodes") or [] if isinstance(n, str) and n.startswith("/dev/nvidia")]
-    if not nodes:
+    listed = facts.get("device_nodes") if isinstance(facts.get("device_nodes"), list) else []
+    nodes = [n for n in listed if isinstance(n, str) and n.startswith("/dev/nvidia")]
+    strange = [n for n in nodes if not _DEVICE_NODE_RE.fullmatch(n) or "/../" in n + "/" or "/./" in n + "/"]
+    if strange:
+        missing.append("device nodes that are /dev/nvidia* paths (the facts list %s)" % ", ".join(show(n) for n in strange))
+    elif not nodes:
         missing.append("the /dev/nvidia* device nodes (nvidia_gpu.device_nodes is empty)")
     if missing:
         raise ComposeError("vm_mode: the facts lack %s; refusing to guess" % "; ".join(missing))
@@ -490,7 +608,7 @@ def _reservation(svc: dict[str, t.Any], caps: list[str], ids: list[str] | None, 
             # CDI has no count: all devices, or the explicit list.
             entry["device_ids"] = ["%s=all" % cdi_kind]
         else:
-            entry["device_ids"] = [i if _CDI_NAME_RE.match(i) else "%s=%s" % (cdi_kind, i) for i in ids]
+            entry["device_ids"] = [i if _CDI_NAME_RE.fullmatch(i) else "%s=%s" % (cdi_kind, i) for i in ids]
     elif ids is not None:
         entry["device_ids"] = ids
     else:
@@ -513,7 +631,7 @@ def build(request: dict[str, t.Any], facts: dict[str, t.Any] | None) -> Plan:
         errors.append("strategy %r is not one of %s" % (strategy, ", ".join(STRATEGIES)))
     if id_format not in ID_FORMATS:
         errors.append("id_format %r is not one of %s" % (id_format, ", ".join(ID_FORMATS)))
-    if not re.match(r"^[a-z0-9][a-z0-9.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$", cdi_kind):
+    if not re.fullmatch(r"^[a-z0-9][a-z0-9.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$", str(cdi_kind)):
         errors.append("cdi_kind %r is not a CDI kind such as nvidia.com/gpu" % cdi_kind)
     if not services:
         errors.append("no services given")
@@ -525,6 +643,7 @@ def build(request: dict[str, t.Any], facts: dict[str, t.Any] | None) -> Plan:
         seen.add(svc.get("name"))
     if strategy != "explicit" and not facts:
         errors.append("strategy %s places services from the GPU facts, and none were given" % strategy)
+    errors.extend(facts_errors(facts))
     if errors:
         raise ComposeError("; ".join(errors))
 
@@ -569,8 +688,12 @@ def build(request: dict[str, t.Any], facts: dict[str, t.Any] | None) -> Plan:
                     plan.warnings.append(
                         "service %r: the facts have no UUID for device %s, so it is named by index" % (name, unit.index_id)
                     )
-        plan.assignment[name] = ids if ids is not None else (["all"] if svc.get("count") in (None, "all") else [])
-        plan.services[name] = _service_entry(svc, ids, units, vm_mode, vm_devices, vm_volumes, cdi_kind)
+        plan.services[name] = entry = _service_entry(svc, ids, units, vm_mode, vm_devices, vm_volumes, cdi_kind)
+        reserved = entry.get("deploy", {}).get("resources", {}).get("reservations", {}).get("devices", [{}])[0]
+        if "device_ids" in reserved:
+            plan.assignment[name] = list(reserved["device_ids"])  # what the file holds (CDI names for driver cdi)
+        else:
+            plan.assignment[name] = ids if ids is not None else (["all"] if svc.get("count") in (None, "all") else [])
     return plan
 
 
@@ -580,15 +703,15 @@ def _explicit_id(
     """One requested device id: the unit it names (when the facts say) and the id to write."""
     name = svc["name"]
     text = str(raw).strip()
-    if _CDI_NAME_RE.match(text):
+    if _CDI_NAME_RE.fullmatch(text):
         if (svc.get("driver") or "nvidia") != "cdi":
             raise ComposeError("service %r: %s is a CDI device name; set driver: cdi to use it" % (name, text))
         return (_cdi_unit(resolver, name, text, cdi_kind) if have_facts else None), text
     if have_facts:
         unit = resolver.resolve(name, raw)
         return unit, unit.ident(id_format)
-    if isinstance(raw, bool) or not (_INDEX_RE.match(text) or _MIG_REF_RE.match(text) or _GPU_UUID_RE.match(text)
-                                     or _MIG_UUID_RE.match(text)):
+    if isinstance(raw, bool) or not (_INDEX_RE.fullmatch(text) or _MIG_REF_RE.fullmatch(text) or _GPU_UUID_RE.fullmatch(text)
+                                     or _MIG_UUID_RE.fullmatch(text)):
         raise ComposeError("service %r: device id %r is not a GPU index, a GPU-/MIG- UUID or a G:M MIG reference" % (name, raw))
     return None, text
 
@@ -598,7 +721,7 @@ def _cdi_unit(resolver: _Resolver, service: str, raw: str, cdi_kind: str) -> Uni
     kind, _sep, device = raw.partition("=")
     if kind != cdi_kind or device == "all":
         return None
-    if _INDEX_RE.match(device) or _MIG_REF_RE.match(device) or _GPU_UUID_RE.match(device) or _MIG_UUID_RE.match(device):
+    if _INDEX_RE.fullmatch(device) or _MIG_REF_RE.fullmatch(device) or _GPU_UUID_RE.fullmatch(device) or _MIG_UUID_RE.fullmatch(device):
         return resolver.resolve(service, device)
     return None
 
@@ -687,15 +810,21 @@ def _env_value(value: t.Any) -> str:
 # --------------------------------------------------------------------------------------------------- document
 
 
-def merge(existing: t.Any, services: dict[str, dict[str, t.Any]], prune: bool = False) -> dict[str, t.Any]:
-    """The new override document: the managed services replaced, everything else kept (unless prune)."""
+def merge(existing: t.Any, services: dict[str, dict[str, t.Any]], prune: bool = False, source: str = "") -> dict[str, t.Any]:
+    """The new override document: the managed services replaced, everything else kept (unless prune).
+
+    ``source`` names the existing file in errors.
+    """
+    where = " (%s)" % source if source else ""
     if existing is None:
         existing = {}
     if not isinstance(existing, dict):
-        raise ComposeError("the existing override file is not a compose mapping (it holds a %s)" % type(existing).__name__)
+        raise ComposeError("the existing override file is not a compose mapping%s: it holds a %s; fix or remove it"
+                           % (where, type(existing).__name__))
     current = existing.get("services") or {}
     if not isinstance(current, dict):
-        raise ComposeError("the existing override file's services key is not a mapping")
+        raise ComposeError("the existing override file's services key is not a mapping%s: it holds a %s; fix or remove it"
+                           % (where, type(current).__name__))
     document = {} if prune else {k: v for k, v in existing.items() if k != "services"}
     merged = {} if prune else {k: v for k, v in current.items() if k not in services}
     merged.update(services)
@@ -718,14 +847,17 @@ if HAS_YAML:
             return super().increase_indent(flow, False)
 
 
-def parse(text: str) -> t.Any:
-    """Load an existing override file. Raises ComposeError on YAML errors."""
+def parse(text: str, source: str = "") -> t.Any:
+    """Load an existing override file (``source`` names it in errors). Raises ComposeError on YAML errors."""
+    where = " (%s)" % source if source else ""
     if not HAS_YAML:
-        raise ComposeError("PyYAML is needed to read %s" % "the override file")
+        raise ComposeError("PyYAML is needed to read the existing override file%s" % where)
     try:
         return yaml.safe_load(text) if text.strip() else None
     except yaml.YAMLError as exc:
-        raise ComposeError("the existing override file is not valid YAML: %s" % exc) from exc
+        raise ComposeError("the existing override file is not valid YAML%s: %s" % (where, exc)) from exc
+    except RecursionError as exc:
+        raise ComposeError("the existing override file nests too deeply to read%s" % where) from exc
 
 
 def render(document: dict[str, t.Any]) -> str:

@@ -100,7 +100,7 @@ _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
 def _key(key: str) -> str:
-    return key if _BARE_KEY.match(key) else json.dumps(key)
+    return key if _BARE_KEY.fullmatch(key) else json.dumps(key)
 
 
 def _value(value: t.Any, where: str) -> str:

@@ -95,14 +95,14 @@ def normalize_gi_profile(name: str) -> str:
 def parse_ci_profile(name: str, gi_profile: str) -> tuple[int | None, str]:
     """``1c.3g.20gb`` -> (1, ``3g.20gb``); ``3g.20gb`` -> (None, ``3g.20gb``) meaning the whole GPU instance."""
     text = normalize_gi_profile(name)
-    match = _CI_PROFILE_RE.match(text)
+    match = _CI_PROFILE_RE.fullmatch(text)
     if not match:
         raise ValueError(name)
     return (int(match.group(1)) if match.group(1) else None), match.group(2)
 
 
 def gi_slices_from_name(name: str) -> int | None:
-    match = _GI_PROFILE_RE.match(normalize_gi_profile(name))
+    match = _GI_PROFILE_RE.fullmatch(normalize_gi_profile(name))
     return int(match.group(1)) if match else None
 
 

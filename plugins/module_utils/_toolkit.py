@@ -47,7 +47,7 @@ def request_errors(request: t.Mapping[str, t.Any]) -> list[str]:
     errors: list[str] = []
     version = str(request.get("version") or "")
     # The version is written into an apt preferences file and package specs: nothing but a version may reach them.
-    if version and (not version_tuple(version) or bad_character(version) or not PACKAGE_VERSION_RE.match(version)):
+    if version and (not version_tuple(version) or bad_character(version) or not PACKAGE_VERSION_RE.fullmatch(version)):
         errors.append("nvidia_container_toolkit_version %r is not a version such as 1.17.8" % version)
     mode = request.get("mode", "full")
     if mode not in ("full", "cdi"):

@@ -147,7 +147,7 @@ class Text(Rule):
         bad = [c for c in value if c in self.forbid]
         if bad:
             raise InputError(option, value, "holds the character %s, which is not accepted here" % _char(bad[0]))
-        if self.pattern is not None and not self.pattern.match(value):
+        if self.pattern is not None and not self.pattern.fullmatch(value):
             raise InputError(option, value, "is not %s" % (self.what or "accepted here"))
 
 
@@ -177,7 +177,7 @@ class KernelArgument(Text):
         if meta:
             raise InputError(option, value, "holds the shell metacharacter %s; kernel arguments here may hold letters, "
                                             "digits and _ . , : / = + @ %% - only" % _char(meta[0]))
-        if not KERNEL_ARGUMENT_RE.match(value):
+        if not KERNEL_ARGUMENT_RE.fullmatch(value):
             raise InputError(option, value, "holds a character that kernel arguments here may not hold (letters, digits "
                                             "and _ . , : / = + @ %% - only)")
         if value.startswith("=") or value.startswith("-"):
@@ -220,7 +220,7 @@ class FileName(Text):
         super().check(option, value)
         if "/" in value or value in (".", ".."):
             raise InputError(option, value, "is not a plain file name: it may not name another directory")
-        if not self.NAME_RE.match(value):
+        if not self.NAME_RE.fullmatch(value):
             raise InputError(option, value, "is not a plain file name of letters, digits, '_', '.' and '-'")
         if (self.suffixes and not value.endswith(self.suffixes)) or value in self.suffixes:
             raise InputError(option, value, "must end with %s" % " or ".join(self.suffixes))

@@ -80,7 +80,7 @@ def select_targets(
 
     for raw in _as_list(pci_addresses):
         text = str(raw).strip()
-        address = normalize_bus_id(text) if _ADDRESS_RE.match(text) else None
+        address = normalize_bus_id(text) if _ADDRESS_RE.fullmatch(text) else None
         if address is None:
             errors.append(
                 "vfio_passthrough_pci_addresses: %r is not a PCI address; write it as dddd:bb:dd.f, for example 0000:01:00.0" % raw
@@ -100,7 +100,7 @@ def select_targets(
 
     for raw in _as_list(device_ids):
         text = str(raw).strip().lower()
-        if not _ID_RE.match(text):
+        if not _ID_RE.fullmatch(text):
             errors.append("vfio_passthrough_device_ids: %r is not a vendor:device id; write it as 10de:2204" % raw)
             continue
         matches = [f.get("pci_bus_id") for f in gpu_functions if f.get("pci_device_id") == text]
@@ -534,10 +534,10 @@ def _assignment(line: str, variable: str, number: int) -> tuple[re.Match[str], s
             raise ValueError("line %d: the value of %s holds a backslash escape: %r; edit it by hand" % (number, variable, line))
     else:
         quote, value = '"', raw
-        if not _BARE_VALUE_RE.match(value):
+        if not _BARE_VALUE_RE.fullmatch(value):
             raise ValueError("line %d: the unquoted value of %s holds characters the shell interprets: %r; quote it by hand"
                              % (number, variable, line))
-    if not _REST_RE.match(match.group("rest")):
+    if not _REST_RE.fullmatch(match.group("rest")):
         raise ValueError("line %d: more follows the value of %s: %r; this module edits only a plain assignment"
                          % (number, variable, line))
     if not _plain_ascii(value):
@@ -553,7 +553,7 @@ def edit_shell_variable(content: str, variable: str, edit: t.Callable[[str], str
     comments) either a plain assignment (double-quoted without expansions or escapes, single-quoted, or a bare
     word), possibly exported and followed by a comment, or ``export VARIABLE``. Anything else raises ValueError.
     """
-    if not SHELL_VARIABLE_RE.match(variable or ""):
+    if not SHELL_VARIABLE_RE.fullmatch(variable or ""):
         raise ValueError("%r is not a shell variable name" % variable)
     top, comments = shell_structure(content)
     name = re.compile(_NAME_RE_TEMPLATE % re.escape(variable))
@@ -615,7 +615,7 @@ def plan_cmdline_file(
             KernelArgument()("args[%d]" % number, arg)
         except InputError as exc:
             refused.append(str(exc))
-    if variable and not SHELL_VARIABLE_RE.match(variable):
+    if variable and not SHELL_VARIABLE_RE.fullmatch(variable):
         refused.append("variable: %r is not a shell variable name" % variable)
     if refused:
         result["errors"] = refused

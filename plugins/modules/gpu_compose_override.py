@@ -46,6 +46,9 @@ options:
   path:
     description:
       - The override file to write. Its directory must exist.
+      - An absolute path of printable ASCII without C(.) or C(..) components. A directory, a special file, a symbolic
+        link to nothing or a path under a file is refused, naming it; so is an existing file that is not a compose
+        mapping in UTF-8 YAML.
     type: path
     required: true
   services:
@@ -56,12 +59,13 @@ options:
     required: true
     suboptions:
       name:
-        description: The compose service name.
+        description: The compose service name (letters, digits, C(.), C(_) and C(-), at most 128 characters).
         type: str
         required: true
       count:
         description:
-          - How many GPUs. A number, or V(all).
+          - How many GPUs. A number from 1 to 64 (no host has more), or V(all).
+          - With O(services[].driver=cdi) and O(strategy=explicit) only V(all): CDI names devices and has no count.
           - With O(strategy=explicit) and neither O(services[].count) nor O(services[].device_ids), the service gets
             V(all) GPUs. With the other strategies the default is V(1).
           - Mutually exclusive with O(services[].device_ids).
@@ -72,7 +76,9 @@ options:
             device as C(GPU:N) (V(0:1)) or by UUID (V(MIG-...)), or with O(services[].driver=cdi) a CDI device name
             (V(nvidia.com/gpu=0)).
           - When O(facts) are given every id must exist on the host, and the ids are written as UUIDs (see O(id_format)).
-          - A MIG device on a GPU whose MIG mode is off is an error.
+          - A MIG device on a GPU whose MIG mode is off is an error, and so is a whole GPU whose MIG mode is on (the
+            message names its MIG devices to ask for instead), as the placement strategies never place one.
+          - Indices and MIG references are below 64; other ids are printable ASCII of at most 256 characters.
         type: list
         elements: raw
       driver:
@@ -93,7 +99,7 @@ options:
         description:
           - The GPU memory the service needs on each of its GPUs, in MiB.
           - Required with O(strategy=pack). With the other placement strategies, only GPUs with at least this much
-            memory are chosen.
+            memory are chosen. At most 1048576 (1 TiB).
         type: int
       environment_presets:
         description:
@@ -112,6 +118,8 @@ options:
         description:
           - Extra variables. They win over the presets and over the computed C(NVIDIA_VISIBLE_DEVICES) and
             C(CUDA_VISIBLE_DEVICES).
+          - Values are strings, numbers or booleans (written as strings; V(true) as C(true)); a list or mapping, and
+            a string with control characters, are refused.
         type: dict
         default: {}
       ipc:
@@ -128,6 +136,7 @@ options:
       runtime:
         description:
           - The container runtime, for example V(nvidia) on hosts where Docker's default runtime is not the NVIDIA one.
+          - Letters, digits, C(.), C(_) and C(-).
         type: str
   strategy:
     description:
@@ -155,8 +164,11 @@ options:
     description:
       - The GPU facts, usually C({{ ansible_facts.nvidia_gpu }}) from M(gpuhost.nvidia.nvidia_gpu_facts).
       - Needed by the placement strategies, by O(vm_mode), and to check and translate O(services[].device_ids).
-      - The driver library paths are read from C(driver.library_paths), or else from a top-level C(library_paths).
+      - The driver library paths are read from C(driver.library_paths), and for each library that has no path there
+        (a missing or null key, as the facts report a library they did not find) from a top-level C(library_paths).
         Keys may be V(nvml) and V(cuda), or the sonames V(libnvidia-ml.so.1) and V(libcuda.so.1).
+      - GPU indices (0 to 63), GPU and MIG UUIDs, device nodes (C(/dev/nvidia*)), library paths and the driver
+        version are checked before they are written.
     type: dict
   vm_mode:
     description:
@@ -191,6 +203,7 @@ options:
       - The project's own compose files, merged before the override by O(validate=true).
       - Defaults to C(compose.yaml), C(compose.yml), C(docker-compose.yaml) or C(docker-compose.yml) in the
         directory of O(path), whichever exists first.
+      - A relative path is relative to the directory of O(path). Paths may not hold C(.) or C(..) components.
     type: list
     elements: path
     default: []
@@ -279,8 +292,8 @@ services:
         NVIDIA_VISIBLE_DEVICES: GPU-3f1c2a51-0a6e-4b6b-9a55-2d4ac6f0e001
 assignment:
   description:
-    - The devices each service got, as written. V(all) for all GPUs; an empty list when a bare count lets the engine
-      choose.
+    - The devices each service got, exactly as the file's device reservation holds them (CDI device names with
+      O(services[].driver=cdi)). V(all) for all GPUs; an empty list when a bare count lets the engine choose.
   returned: success
   type: dict
   sample:
@@ -319,7 +332,7 @@ import typing as t
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible.module_utils.common.text.converters import to_bytes
 
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _compose, _files
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _compose, _files, _validate
 
 SERVICE_SPEC: dict[str, t.Any] = dict(
     name=dict(type="str", required=True),
@@ -336,6 +349,12 @@ SERVICE_SPEC: dict[str, t.Any] = dict(
     runtime=dict(type="str"),
 )
 DEFAULT_COMPOSE_FILES = ("compose.yaml", "compose.yml", "docker-compose.yaml", "docker-compose.yml")
+# Checked before the host is read; the services themselves are checked by _compose.build, also before any read.
+RULES: dict[str, _validate.Rule] = {
+    "path": _validate.Path(),
+    "compose_files": _validate.ListOf(_validate.Path(relative=True), max_items=32),
+    "cdi_kind": _validate.Identifier(_validate.CDI_KIND_RE, "a CDI kind such as nvidia.com/gpu"),
+}
 ENV_C = {"LC_ALL": "C", "LANGUAGE": "C"}
 
 
@@ -350,15 +369,17 @@ def compose_command(module: AnsibleModule) -> list[str] | None:
     return [legacy] if legacy else None
 
 
-def base_files(path: str, given: list[str]) -> list[str]:
-    if given:
-        return given
+def base_files(path: str, given: list[str]) -> tuple[list[str], list[str]]:
+    """The project's compose files (relative ones in the directory of ``path``) and those of them that are missing.
+    Raises FileError for one that is not a regular file."""
     directory = os.path.dirname(path)
+    if given:
+        return given, [name for name in given if not _files.check_file(os.path.join(directory, name), "compose_files")]
     for name in DEFAULT_COMPOSE_FILES:
         candidate = os.path.join(directory, name)
-        if os.path.isfile(candidate):
-            return [candidate]
-    return []
+        if os.path.lexists(candidate) and _files.check_file(candidate, "the project's compose file"):
+            return [candidate], []
+    return [], []
 
 
 def main() -> None:
@@ -383,6 +404,9 @@ def main() -> None:
         module.fail_json(msg=missing_required_lib("PyYAML"), exception=_compose.YAML_IMPORT_ERROR)
 
     params = module.params
+    errors = _validate.check(params, RULES)
+    if errors:
+        module.fail_json(msg="; ".join(errors), errors=errors)
     path = os.path.abspath(params["path"])
     request = {
         "strategy": params["strategy"],
@@ -392,14 +416,21 @@ def main() -> None:
         "services": params["services"],
     }
 
-    # Plan: everything is computed and checked before the file is touched.
-    existing_bytes = _files.read_bytes(path) if not os.path.isdir(path) else None
+    # Plan: everything is computed and checked before the file is touched; the request before the host is read.
     try:
         plan = _compose.build(request, params["facts"])
-        existing = _compose.parse(existing_bytes.decode("utf-8")) if existing_bytes is not None else None
-        document = _compose.merge(existing, plan.services, prune=params["prune"])
+    except _compose.ComposeError as exc:
+        module.fail_json(msg=str(exc), path=path)
+    try:
+        existing_bytes = _files.read_bytes(path, "path")
+        existing = _compose.parse(existing_bytes.decode("utf-8"), path) if existing_bytes is not None else None
+        document = _compose.merge(existing, plan.services, prune=params["prune"], source=path)
         content = to_bytes(_compose.render(document))
-    except (_compose.ComposeError, UnicodeDecodeError) as exc:
+    except _files.FileError as exc:
+        module.fail_json(msg=str(exc), path=path)
+    except UnicodeDecodeError as exc:
+        module.fail_json(msg="the existing override file %s is not UTF-8 text (%s); fix or remove it" % (path, exc), path=path)
+    except _compose.ComposeError as exc:
         module.fail_json(msg=str(exc), path=path)
 
     for warning in plan.warnings:
@@ -416,8 +447,10 @@ def main() -> None:
         command = compose_command(module)
         if command is None:
             module.fail_json(msg="validate=true needs docker compose or docker-compose on the host, and neither was found", path=path)
-        files = base_files(path, params["compose_files"])
-        missing = [f for f in files if not os.path.isfile(f)]
+        try:
+            files, missing = base_files(path, params["compose_files"])
+        except _files.FileError as exc:
+            module.fail_json(msg="a compose file to validate with cannot be used: %s" % exc, path=path)
         if missing:
             module.fail_json(msg="compose file(s) to validate with do not exist: %s" % ", ".join(missing), path=path)
 

@@ -102,9 +102,12 @@ def test_mig_without_uuid_falls_back_to_reference_with_a_warning(facts):
     assert any("no UUID for device 0:1" in w for w in plan.warnings)
 
 
-def test_whole_gpu_with_mig_on_warns(facts):
-    plan = build(facts("mixed"), {"name": "a", "device_ids": [0]})
-    assert any("MIG enabled" in w for w in plan.warnings)
+def test_whole_gpu_with_mig_on_is_refused_naming_its_mig_devices(facts):
+    # Placed whole GPUs never have MIG on; an explicit request for one is refused the same way (issue #16).
+    with pytest.raises(c.ComposeError) as err:
+        build(facts("mixed"), {"name": "a", "device_ids": [0]})
+    assert "has MIG enabled, and a whole GPU with MIG on is not placed" in str(err.value)
+    assert "0:0 (%s), 0:1 (%s)" % (A100_MIG1, A100_MIG2) in str(err.value)
 
 
 def test_without_facts_ids_pass_through_unchecked():

@@ -156,9 +156,11 @@ def test_vm_mode_warns_about_privileged(run, project, facts):
 
 
 def test_builder_warnings_reach_the_result(run, project, facts):
-    failed, result = run(args_for(project, facts, facts=facts("mixed"), services=[{"name": "app", "device_ids": [0]}]))
+    f = facts("mixed")
+    f["gpus"][0]["mig_devices"][1]["uuid"] = None
+    failed, result = run(args_for(project, facts, facts=f, services=[{"name": "app", "device_ids": ["0:1"]}]))
     assert not failed
-    assert any("MIG enabled" in w for w in result["warnings"])
+    assert any("no UUID for device 0:1" in w for w in result["warnings"])
 
 
 BAD_INPUTS = {
