@@ -18,6 +18,7 @@ import fnmatch
 import re
 import typing as t
 
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _validate
 from ansible_collections.gpuhost.nvidia.plugins.module_utils._common import normalize_bus_id
 
 COMPUTE_MODES = ("DEFAULT", "EXCLUSIVE_PROCESS", "PROHIBITED")
@@ -48,6 +49,67 @@ _LIST_LIMIT = 16
 
 class SettingsError(Exception):
     """A request that cannot be applied; raised before anything changes."""
+
+
+# -- the options, checked before any GPU is looked for -----------------------------------------------------------
+# Limits beyond every GPU made so far, so that a typo (1e12 W, a negative clock) is refused everywhere, also on a
+# host without GPUs. What a particular GPU allows is checked against that GPU afterwards.
+MAX_GPUS = 64
+MAX_POWER_W = 5000.0
+MAX_CLOCK_MHZ = 50000
+MAX_GPU_INSTANCES = 7  # the most MIG GPU instances (and compute instances) any MIG-capable GPU offers
+_NUMBER_RE = re.compile(r"^[+-]?\d+$")
+
+
+class GpuSelector(_validate.Text):
+    """One item of ``gpus``: all, an index, a GPU UUID, a PCI bus id, or a model name (shell wildcards allowed)."""
+
+    def __init__(self) -> None:
+        super().__init__(max_length=128, space=True, what="all, a GPU index, a GPU UUID, a PCI bus id or a model name")
+
+    def check(self, option: str, value: t.Any) -> None:
+        super().check(option, value)
+        if value.lower() == "all":
+            return
+        if _NUMBER_RE.fullmatch(value):
+            if not value.isdigit() or int(value) >= MAX_GPUS:
+                raise _validate.InputError(option, value, "is not a GPU index (0 to %d)" % (MAX_GPUS - 1))
+        elif value.upper().startswith("MIG-"):
+            raise _validate.InputError(option, value, "is a MIG device; MIG devices have no settings of their own: select their GPU")
+        elif value.upper().startswith("GPU-"):
+            if not _validate.GPU_UUID_RE.fullmatch("GPU-" + value[4:]):
+                raise _validate.InputError(option, value, "is not a GPU UUID such as GPU-5c6d7e8f-1111-4222-8333-444455556666")
+        elif ":" in value and normalize_bus_id(value) is None:
+            raise _validate.InputError(option, value, "is not a PCI bus id such as 0000:07:00.0")
+
+
+_CLOCK = _validate.Integer(1, MAX_CLOCK_MHZ, "no GPU clock is that fast")
+_PROFILE = _validate.Text(max_length=32, space=True, what="a MIG profile name such as 1g.5gb")
+RULES: dict[str, _validate.Rule] = {
+    "gpus": _validate.ListOf(GpuSelector(), min_items=1, max_items=MAX_GPUS),
+    "power_limit": _validate.Number(above=0, maximum=MAX_POWER_W, why="no GPU draws that much"),
+    "applications_clocks": _validate.Fields({"memory_mhz": _CLOCK, "graphics_mhz": _CLOCK}),
+    "locked_clocks": _validate.Fields({"min_mhz": _CLOCK, "max_mhz": _CLOCK}),
+    "mig_layout": _validate.ListOf(
+        _validate.Fields({
+            "profile": _PROFILE,
+            "count": _validate.Integer(0, MAX_GPU_INSTANCES, "a GPU holds at most %d MIG GPU instances" % MAX_GPU_INSTANCES),
+            "compute_instances": _validate.ListOf(_PROFILE, max_items=MAX_GPU_INSTANCES),
+        }),
+        max_items=MAX_GPU_INSTANCES,
+    ),
+    "state_path": _validate.Path(),
+}
+
+
+def check_options(params: t.Mapping[str, t.Any]) -> list[str]:
+    """Everything wrong with the options that no GPU is needed to see."""
+    errors = _validate.check(params, RULES)
+    if not errors:
+        total = sum(int(e.get("count") if e.get("count") is not None else 1) for e in params.get("mig_layout") or [])
+        if total > MAX_GPU_INSTANCES:
+            errors.append("mig_layout: declares %d GPU instances; a GPU holds at most %d" % (total, MAX_GPU_INSTANCES))
+    return errors
 
 
 # -- naming ---------------------------------------------------------------------------------------------------

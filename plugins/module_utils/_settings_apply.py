@@ -14,12 +14,11 @@ collection applied, which NVML cannot read back. Command runners have the signat
 from __future__ import annotations
 
 import json
-import os
 import re
 import typing as t
 import xml.etree.ElementTree as ET
 
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _nvml, _pci, _settings, _smi
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _files, _nvml, _pci, _settings, _smi
 from ansible_collections.gpuhost.nvidia.plugins.module_utils._common import (
     STATE_DRIVER_NOT_LOADED,
     STATE_ERROR,
@@ -48,11 +47,14 @@ class ApplyError(Exception):
 
 # -- the locked clocks record ---------------------------------------------------------------------------------
 def load_record(path: str) -> dict[str, t.Any]:
-    """Locked clocks applied by this collection, by GPU UUID. A missing or unreadable file is an empty record."""
+    """Locked clocks applied by this collection, by GPU UUID. A missing file, or one that is not a JSON object, is an
+    empty record. Raises _files.FileError (naming state_path) for a path that is not a regular file."""
+    raw = _files.read_bytes(path, "state_path")
+    if raw is None:
+        return {}
     try:
-        with open(path, "r", encoding="utf-8") as handle:
-            data = json.load(handle)
-    except (OSError, ValueError):
+        data = json.loads(raw.decode("utf-8"))
+    except ValueError:
         return {}
     return data if isinstance(data, dict) else {}
 
@@ -409,8 +411,3 @@ def reset_gpu(run: Runner, binary: str, gpu: t.Mapping[str, t.Any]) -> None:
             "%s: GPU reset failed: %s exited with %d: %s" % (_settings.gpu_label(gpu), " ".join(argv), rc, detail[0] if detail else "no output"), []
         )
 
-
-def ensure_dir(path: str) -> None:
-    directory = os.path.dirname(path)
-    if directory and not os.path.isdir(directory):
-        os.makedirs(directory, 0o755)

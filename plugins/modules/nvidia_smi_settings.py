@@ -14,6 +14,9 @@ description:
     differs. A second run with the same options reports no change.
   - Settings are applied through NVML (nvidia-ml-py). When NVML cannot be loaded from Python but the C(nvidia-smi)
     binary works, the module runs C(nvidia-smi) argument lists instead.
+  - Every option that can be checked without a GPU is checked first, before the module looks for GPUs, so a bad
+    value fails on every host (a power limit that is not a finite number from above 0 to 5000 W, clocks outside 1
+    to 50000 MHz, more than 7 MIG GPU instances, a malformed GPU selector or MIG profile name).
   - Every option is checked against every selected GPU before anything changes. A power limit outside a GPU's range,
     a selector that matches no GPU, MIG on a GPU without MIG, clocks that a GPU does not support, or a setting that
     the driver reports as not supported fails the task and names the GPU and the allowed values.
@@ -48,6 +51,9 @@ options:
         (V(0000:07:00.0)) or a model name as NVML reports it (V(NVIDIA A100-SXM4-40GB)); model names compare without
         case and may use shell wildcards (V(*A100*)).
       - An item that matches no GPU on a host with a working driver fails the task and lists the GPUs there are.
+      - A malformed item fails on every host, also one without GPUs or driver - an empty item, an index outside 0
+        to 63 or a negative one, a C(GPU-) UUID that is not one, a C(MIG-) UUID (MIG devices have no settings), an
+        item with a C(:) that is not a PCI bus id, control characters or non-ASCII. The list may not be empty.
     type: list
     elements: str
     default: [all]
@@ -122,7 +128,7 @@ options:
         type: str
         required: true
       count:
-        description: How many GPU instances of this profile.
+        description: How many GPU instances of this profile, from 0 to 7 (and at most 7 in the whole layout).
         type: int
         default: 1
       compute_instances:
@@ -140,6 +146,7 @@ options:
   state_path:
     description:
       - The file where the module records the locked clocks it applied, by GPU UUID.
+      - An absolute path; a directory, a special file, a symbolic link to nothing or a path under a file is refused.
       - The default lives on a tmpfs, so the record is forgotten at reboot, as the locked clocks are.
     type: path
     default: /run/gpuhost/nvidia_smi_settings.json
@@ -297,12 +304,11 @@ applied:
 """
 
 import os
-import tempfile
 import typing as t
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _nvml, _settings, _settings_apply
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _files, _nvml, _settings, _settings_apply
 from ansible_collections.gpuhost.nvidia.plugins.module_utils._common import (
     STATE_DRIVER_NOT_LOADED,
     STATE_NO_GPU,
@@ -367,11 +373,11 @@ def _empty_result(state: str, msg: str, source: str | None, messages: list[str])
 
 
 def _write_record(module: AnsibleModule, path: str, record: dict[str, t.Any]) -> None:
-    _settings_apply.ensure_dir(path)
-    fd, tmp = tempfile.mkstemp(prefix=".nvidia_smi_settings.", dir=os.path.dirname(path) or ".")
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(_settings_apply.record_text(record))
-    module.atomic_move(tmp, path)
+    try:
+        _files.make_dirs(os.path.dirname(path), "state_path")
+    except _files.FileError as exc:
+        module.fail_json(msg=str(exc), path=exc.path)
+    _files.write_file(module, path, _settings_apply.record_text(record).encode("utf-8"), what="state_path")
 
 
 def _clock_request_errors(params: dict[str, t.Any]) -> list[str]:
@@ -387,6 +393,10 @@ def main() -> None:
     module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
     params = module.params
 
+    # Everything that can be checked without a GPU is checked first: a bad value is bad on every host.
+    errors = _settings.check_options(params)
+    if errors:
+        module.fail_json(msg="; ".join(errors), errors=errors)
     errors = _clock_request_errors(params)
     if errors:
         module.fail_json(msg="; ".join(errors), errors=errors)
@@ -395,7 +405,10 @@ def main() -> None:
     if errors:
         module.fail_json(msg="; ".join(errors), errors=errors)
 
-    record = _settings_apply.load_record(params["state_path"])
+    try:
+        record = _settings_apply.load_record(params["state_path"])
+    except _files.FileError as exc:
+        module.fail_json(msg=str(exc), path=exc.path)
     smi_binary = module.get_bin_path("nvidia-smi")
 
     def run(argv: list[str]) -> tuple[int, str, str]:
