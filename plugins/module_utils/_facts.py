@@ -12,6 +12,7 @@ IOMMU group and NUMA node to every GPU (matched by PCI address) and lists the GP
 
 from __future__ import annotations
 
+import os
 import typing as t
 
 from ansible_collections.gpuhost.nvidia.plugins.module_utils import _catalog, _nvml, _pci, _smi
@@ -104,6 +105,8 @@ def gather_facts(
     gather_set = set(gather)
     pci = _pci.scan(root, kernel_release)
     messages: list[str] = []
+    if not os.path.isdir(os.path.join(root, "sys/bus/pci/devices")):
+        messages.append("root %r has no sys/bus/pci/devices, so the PCI scan saw no device there: is sysfs mounted under it?" % root)
     failures: list[str] = []
     rich: dict[str, t.Any] | None = None
     source = "pci"

@@ -44,6 +44,13 @@ RUNTIME_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 CDI_KIND_RE = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,62}[a-z0-9])?/[A-Za-z0-9]([A-Za-z0-9_.-]{0,62}[A-Za-z0-9])?$")
 # A version such as 1.17.8, 1.17.8-1 or 0:1.17.8-1.el9 (what a package manager prints).
 PACKAGE_VERSION_RE = re.compile(r"^(\d+:)?\d+(\.\d+)*([-~+][0-9A-Za-z.~+-]*)?$")
+# A Docker-style runtime name (what an engine may already have configured; the names this collection writes are
+# RUNTIME_NAME_RE).
+ENGINE_RUNTIME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+# A CUDA version such as 12.4 or 12.4.1.
+CUDA_VERSION_RE = re.compile(r"^\d{1,3}(\.\d{1,3}){0,2}$")
+# A PCI address (dddd:bb:dd.f, the domain optional) as the modules accept them.
+PCI_ADDRESS_RE = re.compile(r"^([0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
 # A GPU UUID as NVML prints it.
 GPU_UUID_RE = re.compile(r"^GPU-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
 

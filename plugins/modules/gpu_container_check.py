@@ -41,11 +41,14 @@ attributes:
     description: Linux hosts with a Docker-compatible engine.
 options:
   docker_host:
-    description: The engine's API address.
+    description:
+      - The engine's API address, C(unix://), C(tcp://), C(ssh://), C(http://) or C(https://).
+      - Every option is checked before the engine is asked anything; a bad value fails the task, naming the option
+        and the value.
     type: str
     default: unix:///var/run/docker.sock
   timeout:
-    description: Seconds to wait for the engine and for the container to finish.
+    description: Seconds to wait for the engine and for the container to finish, from 1 to 3600.
     type: int
     default: 60
   image:
@@ -170,12 +173,13 @@ expected_uuids:
   sample: [GPU-0a1b2c3d-0000-4000-8000-000000000000]
 """
 
+import re
 import traceback
 import typing as t
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _verify
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _validate, _verify
 
 try:
     import docker
@@ -198,6 +202,23 @@ def _version(text: str) -> tuple[int, ...]:
         digits = "".join(ch for ch in piece if ch.isdigit())
         parts.append(int(digits) if digits else 0)
     return tuple(parts)
+
+
+# Checked before the engine is asked anything.
+_DOCKER_HOST_RE = re.compile(r"^(unix|tcp|ssh|http|https)://[A-Za-z0-9_.:/@%\[\]~+-]+$")
+_IMAGE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]*$")
+_DEVICE_ID_RE = re.compile(r"^(\d{1,2}|GPU-[0-9a-fA-F-]{36}|MIG-[A-Za-z0-9/-]{1,80})$")
+RULES: dict[str, _validate.Rule] = {
+    "docker_host": _validate.Text(max_length=512, pattern=_DOCKER_HOST_RE,
+                                  what="an engine address such as unix:///var/run/docker.sock or tcp://host:2376"),
+    "timeout": _validate.Integer(1, 3600, "an hour"),
+    "image": _validate.Text(max_length=512, pattern=_IMAGE_RE, what="an image reference such as nvidia/cuda:12.4.1-base-ubuntu22.04"),
+    "command": _validate.ListOf(_validate.Text(empty=True, max_length=4096, space=True, ascii_only=False), min_items=1, max_items=64),
+    "device_ids": _validate.ListOf(_validate.Text(max_length=128, pattern=_DEVICE_ID_RE, what="a GPU index, a GPU UUID or a MIG UUID"),
+                                   max_items=64),
+    "runtime_name": _validate.Identifier(_validate.ENGINE_RUNTIME_RE, "a runtime name such as nvidia"),
+    "cdi_kind": _validate.Identifier(_validate.CDI_KIND_RE, "a CDI kind such as nvidia.com/gpu"),
+}
 
 
 def run_container(client: t.Any, image: str, command: list[str], options: dict[str, t.Any], timeout: int) -> tuple[int | None, str, str | None]:
@@ -250,6 +271,9 @@ def main() -> None:
         ),
         supports_check_mode=True,
     )
+    errors = _validate.check(module.params, RULES)
+    if errors:
+        module.fail_json(msg="; ".join(errors), errors=errors)
     if not HAS_DOCKER:
         module.fail_json(msg=missing_required_lib("docker (the Docker SDK for Python)"), exception=DOCKER_IMPORT_ERROR)
     if _version(docker.__version__) < MIN_DOCKER:

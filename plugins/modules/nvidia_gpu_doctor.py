@@ -89,7 +89,10 @@ options:
     elements: str
     default: []
   root:
-    description: The host's root directory. Only tests change it.
+    description:
+      - The host's root directory. Only tests change it.
+      - Every path option is absolute, printable ASCII, without C(.) or C(..) components; the root must be an
+        existing directory. Other values fail the task, naming the option and the value, before anything is read.
     type: path
     default: /
 seealso:
@@ -175,7 +178,22 @@ import typing as t
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _doctor
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _doctor, _files, _validate
+
+# Checked before anything is read from the host.
+RULES: dict[str, _validate.Rule] = {
+    "required_cuda": _validate.Text(pattern=_validate.CUDA_VERSION_RE, max_length=16, what="a CUDA version such as 12.4"),
+    "vfio_devices": _validate.ListOf(_validate.Text(max_length=128, what="a PCI address, a PCI device id or a GPU UUID")),
+    "docker_daemon_json": _validate.Path(),
+    "containerd_config": _validate.Path(),
+    "containerd_conf_dir": _validate.Path(directory=True),
+    "cdi_dirs": _validate.ListOf(_validate.Path(directory=True), max_items=16),
+    "cdi_kind": _validate.Identifier(_validate.CDI_KIND_RE, "a CDI kind such as nvidia.com/gpu"),
+    "runtime_name": _validate.Identifier(_validate.ENGINE_RUNTIME_RE, "a runtime name such as nvidia"),
+    "ecc_corrected_warn": _validate.Integer(0, 2 ** 31, "a count of ECC errors"),
+    "skip": _validate.ListOf(_validate.Text(max_length=64, what="a check id")),
+    "root": _validate.Path(directory=True),
+}
 
 
 def main() -> None:
@@ -197,11 +215,20 @@ def main() -> None:
         supports_check_mode=True,
     )
     params = module.params
+    errors = _validate.check(params, RULES)
+    if not errors:
+        try:
+            if not _files.check_directory(params["root"], "root"):
+                errors.append("root %r does not exist" % params["root"])
+        except _files.FileError as exc:
+            errors.append(str(exc))
+    if errors:
+        module.fail_json(msg="; ".join(errors), errors=errors)
     unknown = sorted(set(params["skip"]) - set(_doctor.CHECK_IDS))
     if unknown:
         module.fail_json(msg="skip names unknown checks: %s; the checks are %s" % (", ".join(unknown), ", ".join(_doctor.CHECK_IDS)))
     facts: dict[str, t.Any] = params["facts"]
-    if "gpus" not in facts or "driver" not in facts:
+    if "gpus" not in facts or "driver" not in facts or not isinstance(facts["gpus"], list) or not isinstance(facts["driver"], dict):
         module.fail_json(msg="facts must be ansible_facts.nvidia_gpu from gpuhost.nvidia.nvidia_gpu_facts (no 'gpus'/'driver' keys)")
     settings = {k: params[k] for k in _doctor.DEFAULTS}
     host = _doctor.read_host(facts, settings, root=params["root"])

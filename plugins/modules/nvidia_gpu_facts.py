@@ -64,6 +64,9 @@ options:
     description:
       - Root of the file system to read sysfs, C(/proc), C(/dev), C(/etc/ld.so.cache) and the library directories from.
       - Meant for tests and for inspecting a mounted image. Paths in the returned facts are relative to this root.
+      - An absolute path to an existing directory. A root that does not exist, is not a directory (a file, a
+        symbolic link to nothing) or holds control characters fails the task, naming it, instead of reporting
+        V(no_gpu). A root without C(sys/bus/pci/devices) is reported in RV(ansible_facts.nvidia_gpu.messages).
     type: path
     default: /
     aliases: [sysfs_root]
@@ -654,7 +657,9 @@ import typing as t
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _facts
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _facts, _files, _validate
+
+RULES: dict[str, _validate.Rule] = {"root": _validate.Path(directory=True)}
 
 
 def main() -> None:
@@ -666,6 +671,16 @@ def main() -> None:
         ),
         supports_check_mode=True,
     )
+    # The root is checked before anything is read under it: a root that is not a directory would report no_gpu.
+    errors = _validate.check(module.params, RULES)
+    if not errors:
+        try:
+            if not _files.check_directory(module.params["root"], "root"):
+                errors.append("root %r does not exist" % module.params["root"])
+        except _files.FileError as exc:
+            errors.append(str(exc))
+    if errors:
+        module.fail_json(msg="; ".join(errors) + "; the GPU facts were not gathered", errors=errors, messages=errors)
     backends: list[str] = module.params["backends"]
     smi_binary = module.get_bin_path("nvidia-smi") if "nvidia-smi" in backends else None
 
