@@ -28,6 +28,7 @@ EARLY_MODULES = ("vfio", "vfio_iommu_type1", "vfio_pci")
 
 _ADDRESS_RE = re.compile(r"^(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
 _ID_RE = re.compile(r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{4}$")
+_CANONICAL_ADDRESS_RE = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 
 IOMMU_ARGS = {"intel": "intel_iommu=on", "amd": "amd_iommu=on"}
 CPU_VENDORS = {"GenuineIntel": "intel", "AuthenticAMD": "amd"}
@@ -352,6 +353,15 @@ def plan(request: t.Mapping[str, t.Any], facts: t.Mapping[str, t.Any], host: t.M
     result["warnings"].extend(console["warnings"])
     errors.extend(check_processes(facts, selection["gpus"]))
     errors.extend(check_conflicts(facts, selection["gpus"], request.get("other_roles") or {}))
+
+    # The addresses and ids are written into modprobe.d (whose install line modprobe runs as shell) and into the
+    # override script: only what is certainly a PCI address or a vendor:device id may reach them.
+    for address in selection["functions"]:
+        if not isinstance(address, str) or not _CANONICAL_ADDRESS_RE.fullmatch(address):
+            errors.append("the facts name PCI function %r, which is not a PCI address (dddd:bb:dd.f); nothing is written" % (address,))
+    for device_id in result["ids"]:
+        if not isinstance(device_id, str) or not _ID_RE.fullmatch(device_id):
+            errors.append("the facts name PCI id %r, which is not a vendor:device id; nothing is written" % (device_id,))
 
     bound = {f.get("pci_bus_id"): f.get("bound_driver") for f in facts.get("pci_functions") or []}
     result["unbound"] = ["%s (%s)" % (a, bound.get(a) or "no driver") for a in selection["functions"] if bound.get(a) != VFIO_DRIVER]
