@@ -194,7 +194,7 @@ def plan(
 
     # Distribution and source.
     if not capabilities.get("supported"):
-        supported = capabilities.get("supported_list") or "Debian 12, Ubuntu 22.04/24.04, EL 8-10, Fedora, Arch Linux"
+        supported = capabilities.get("supported_list") or "Debian 12/13, Ubuntu 22.04/24.04, EL 8-10, Fedora 41/42, Arch Linux"
         errors.append("unsupported distribution %s: this role supports %s" % (distro, supported))
         return result
     versions = [str(v) for v in _as_list(capabilities.get("versions"))]
@@ -552,9 +552,12 @@ def _fill(value: t.Any, fills: Mapping[str, str]) -> t.Any:
 
 
 def _names(value: t.Any) -> list[str]:
+    """Package names from a name, a list (nested lists flattened: YAML anchors) or a mapping of them."""
     if isinstance(value, Mapping):
         return [n for v in value.values() for n in _names(v)]
-    return [str(v) for v in _as_list(value) if str(v).strip()]
+    if isinstance(value, (list, tuple)):
+        return [n for v in value for n in _names(v)]
+    return [str(value).strip()] if value is not None and str(value).strip() else []
 
 
 def resolve_packages(plan_result: Mapping[str, t.Any], table: Mapping[str, t.Any] | None, host: Mapping[str, t.Any] | None = None) -> dict[str, t.Any]:

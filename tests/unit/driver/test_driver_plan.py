@@ -409,3 +409,8 @@ def test_versionlock_entries():
         {"name": "nvidia-driver", "conditions": [{"key": "evr", "comparator": ">=", "value": "3:580"},
                                                  {"key": "evr", "comparator": "<", "value": "3:581"}]}]
     assert _driver.versionlock_dnf5(["nvidia-driver"], {"branch": 580, "version": "580.65.06"})[0]["conditions"][1]["value"] == "3:580.65.06.0"
+
+
+def test_package_lists_nested_by_yaml_anchors_are_flattened():
+    table = {"module": {"open": ["a"]}, "pin": [["b", "c"], "d", None, ""]}
+    assert _driver.resolve_packages({"branch": 580}, table)["hold"] == ["a", "b", "c", "d"]
