@@ -67,7 +67,8 @@ if ((use_bundle)); then
         echo "run.sh: the bundle has no wheels for $("$python" -V 2>&1) on $(uname -m) (it was built for: $(sed -n 's/^pythons: //p' "$bundle/MANIFEST"))" >&2
         exit 2
     fi
-    "$python" -m ansible galaxy collection install --offline --no-deps --force -p "$collections" "$bundle"/gpuhost-nvidia-*.tar.gz >/dev/null
+    ANSIBLE_HOME="$work/ansible" ANSIBLE_COLLECTIONS_PATH="$collections" \
+        "$python" -m ansible galaxy collection install --offline --no-deps --force -p "$collections" "$bundle"/gpuhost-nvidia-*.tar.gz >/dev/null
     echo "run.sh: environment from $bundle in $((SECONDS - start)) s"
 else
     if [[ -z "$python" ]]; then

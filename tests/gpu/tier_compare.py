@@ -283,40 +283,50 @@ def _nvml_value(gpu: dict[str, t.Any] | None, field: str) -> t.Any:
     return gpu.get(field, ABSENT)
 
 
-def check_sources(capture: dict[str, t.Any]) -> list[dict[str, t.Any]]:
-    """facts.*: the facts (NVML backend) against nvidia-smi's XML and CSV and NVML read directly."""
+def field_checks(prefix: str, label: str, records: dict[str, dict[str, t.Any]], capture: dict[str, t.Any]) -> list[dict[str, t.Any]]:
+    """<prefix>.<field>: GPU records in the facts' vocabulary (by PCI bus id) against the XML, the CSV and NVML."""
     xml, csv_rows, nvml = capture["xml"], capture["csv"], capture["nvml"]["before"]
-    facts = _facts_of(capture["results"].get("facts_nvml"))
-    facts_gpus = _by_bus(_facts_gpus(facts), "pci_bus_id")
     xml_gpus = _by_bus(xml["gpus"])
     csv_gpus = _by_bus([_csv_gpu(r) for r in csv_rows])
     nvml_gpus = _by_bus(nvml.get("gpus") or [])
-    checks = [
-        check("facts.backend_nvml", facts.get("source") == "nvml" and facts.get("state") == "ok",
-              "nvidia_gpu_facts(backends=[nvml, pci]): source %s, state %s%s" % (
-                  facts.get("source"), facts.get("state"), "; " + "; ".join(facts.get("messages") or []) if facts.get("messages") else "")),
-        check("facts.gpus", sorted(facts_gpus) == sorted(xml_gpus) == sorted(csv_gpus) == sorted(nvml_gpus) and bool(xml_gpus),
-              "PCI bus ids: facts=%s xml=%s csv=%s nvml=%s" % (sorted(facts_gpus), sorted(xml_gpus), sorted(csv_gpus), sorted(nvml_gpus))),
-    ]
-    buses = sorted(xml_gpus)
+    checks = [check("%s.gpus" % prefix, sorted(records) == sorted(xml_gpus) == sorted(csv_gpus) == sorted(nvml_gpus) and bool(xml_gpus),
+                    "PCI bus ids: %s=%s xml=%s csv=%s nvml=%s" % (label, sorted(records), sorted(xml_gpus), sorted(csv_gpus), sorted(nvml_gpus)))]
     for field in FACT_FIELDS:
         rows = []
-        for bus in buses:
+        for bus in sorted(xml_gpus):
             rows.append(("GPU %s" % bus, {
-                "facts": _fact_value(facts_gpus.get(bus), field),
+                label: _fact_value(records.get(bus), field),
                 "xml": xml_gpus[bus].get(field, ABSENT),
                 "csv": csv_gpus[bus].get(field, ABSENT) if bus in csv_gpus else ABSENT,
                 "nvml": _nvml_value(nvml_gpus.get(bus), field),
             }))
-        checks.append(compare("facts.%s" % field, rows))
-    driver = facts.get("driver") or {}
-    csv_driver = {r.get("driver_version") for r in csv_rows if "driver_version" in r}
-    checks.append(compare("facts.driver_version", [("host", {
-        "facts": driver.get("version", ABSENT), "xml": xml["driver_version"],
-        "csv": csv_driver.pop() if len(csv_driver) == 1 else ABSENT if not csv_driver else sorted(csv_driver),
-        "nvml": nvml.get("driver_version", ABSENT)})]))
-    checks.append(compare("facts.cuda_version", [("host", {
-        "facts": driver.get("cuda_version", ABSENT), "xml": xml["cuda_version"], "nvml": nvml.get("cuda_version", ABSENT)})]))
+        checks.append(compare("%s.%s" % (prefix, field), rows))
+    return checks
+
+
+def driver_checks(prefix: str, label: str, driver: dict[str, t.Any], capture: dict[str, t.Any]) -> list[dict[str, t.Any]]:
+    xml, csv_rows, nvml = capture["xml"], capture["csv"], capture["nvml"]["before"]
+    csv_driver = sorted({r.get("driver_version") for r in csv_rows if "driver_version" in r}, key=str)
+    return [
+        compare("%s.driver_version" % prefix, [("host", {
+            label: driver.get("version", ABSENT), "xml": xml["driver_version"],
+            "csv": ABSENT if not csv_driver else csv_driver[0] if len(csv_driver) == 1 else csv_driver,
+            "nvml": nvml.get("driver_version", ABSENT)})]),
+        compare("%s.cuda_version" % prefix, [("host", {
+            label: driver.get("cuda_version", ABSENT), "xml": xml["cuda_version"], "nvml": nvml.get("cuda_version", ABSENT)})]),
+    ]
+
+
+def check_sources(capture: dict[str, t.Any]) -> list[dict[str, t.Any]]:
+    """facts.*: the facts (NVML backend) against nvidia-smi's XML and CSV and NVML read directly."""
+    facts = _facts_of(capture["results"].get("facts_nvml"))
+    checks = [
+        check("facts.backend_nvml", facts.get("source") == "nvml" and facts.get("state") == "ok",
+              "nvidia_gpu_facts(backends=[nvml, pci]): source %s, state %s%s" % (
+                  facts.get("source"), facts.get("state"), "; " + "; ".join(facts.get("messages") or []) if facts.get("messages") else "")),
+    ]
+    checks += field_checks("facts", "facts", _by_bus(_facts_gpus(facts), "pci_bus_id"), capture)
+    checks += driver_checks("facts", "facts", facts.get("driver") or {}, capture)
     return checks
 
 
@@ -380,9 +390,12 @@ def check_clocks(capture: dict[str, t.Any]) -> list[dict[str, t.Any]]:
     if result["status"] == FAIL:  # the tables are long: name the first difference only
         result["detail"] = _table_difference(rows)
     elif result["status"] == PASS:
-        sizes = ["%s: %s" % (label, "%d memory clocks, %d graphics clocks" % (len(v["xml"]), sum(len(c) for c in v["xml"].values()))
-                                   if v["xml"] else "none") for label, v in rows]
-        result["detail"] = "xml and nvml list the same table: %s" % "; ".join(sizes)
+        sizes: dict[str, int] = {}
+        for _label, values in rows:
+            table = values["xml"]
+            size = "%d memory and %d graphics clocks" % (len(table), sum(len(c) for c in table.values())) if table else "no table"
+            sizes[size] = sizes.get(size, 0) + 1
+        result["detail"] = "xml and nvml list the same tables: %s" % "; ".join("%d GPU(s) with %s" % (n, s) for s, n in sizes.items())
     checks.append(result)
     spec = (capture["plans"].get("specs") or {}).get("change") or {}
     bus = bus_id((spec.get("args") or {}).get("gpus", [None])[0]) if spec else None
