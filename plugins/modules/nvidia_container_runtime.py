@@ -215,7 +215,8 @@ def plan(module: AnsibleModule) -> list[tuple[str, str, str]]:
     except _files.FileError as exc:
         module.fail_json(msg=str(exc), path=exc.path)
     except _runtime.RuntimeConfigError as exc:
-        module.fail_json(msg=str(exc), path=path)
+        msg = str(exc) if path in str(exc) else "%s: %s; it was not changed" % (path, exc)
+        module.fail_json(msg=msg, path=path)
     return []  # pragma: no cover
 
 
