@@ -60,6 +60,15 @@ install -D -m 0644 /rehearsal/storage.conf /etc/containers/storage.conf
 mkdir -p /usr/local/share/ca-certificates && cp /rehearsal/machine/ca/. /usr/local/share/ca-certificates/ -r
 [ -f /rehearsal/machine/pip.conf ] && cp /rehearsal/machine/pip.conf /etc/pip.conf
 cp -r /rehearsal/machine/apt.conf.d/. /etc/apt/apt.conf.d/
+# The nested podman's default network on its own subnet: podman's default 10.88.0.0/16 is also the subnet this
+# container's own address is on, and nested traffic could not be routed out (DNS failed in the nested builds).
+mkdir -p /etc/cni/net.d
+cat >/etc/cni/net.d/87-podman-bridge.conflist <<'CNI'
+{"cniVersion": "0.4.0", "name": "podman", "plugins": [
+  {"type": "bridge", "bridge": "cni-podman0", "isGateway": true, "ipMasq": true, "hairpinMode": true,
+   "ipam": {"type": "host-local", "routes": [{"dst": "0.0.0.0/0"}], "ranges": [[{"subnet": "10.89.0.0/16", "gateway": "10.89.0.1"}]]}},
+  {"type": "portmap", "capabilities": {"portMappings": true}}, {"type": "firewall"}, {"type": "tuning"}]}
+CNI
 cd /rehearsal/main
 echo "[rehearsal] inside: $(. /etc/os-release; echo "$PRETTY_NAME"); python3: $(command -v python3 || echo none); make: $(command -v make || echo none); podman: $(command -v podman || echo none)"
 start=$SECONDS
