@@ -1,0 +1,254 @@
+# Copyright (c) gpuhost.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The nvidia_driver role's per-distribution vars, templated as Ansible loads them, through the planner.
+
+Loads defaults/main.yml, vars/main.yml, the distribution's file (first found: distribution, os_family, default) and the release's file
+(first found: distribution_version, distribution_major_version, os_family_major), as tasks/set_vars.yml does, then
+checks what a host of each supported release gets: repository, key, branch, packages, pin.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import yaml
+from ansible.parsing.dataloader import DataLoader
+from ansible.template import Templar, trust_as_template
+
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _driver
+
+ROLE = os.path.join(os.path.dirname(__file__), "..", "..", "..", "roles", "nvidia_driver")
+VARS = os.path.join(ROLE, "vars")
+
+
+def _trust(value):
+    if isinstance(value, dict):
+        return {k: _trust(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_trust(v) for v in value]
+    if isinstance(value, str):
+        return trust_as_template(value)
+    return value
+
+
+def _load(name):
+    with open(os.path.join(VARS, name), encoding="utf-8") as handle:
+        return yaml.safe_load(handle) or {}
+
+
+def _first(names):
+    return next((n for n in names if os.path.exists(os.path.join(VARS, n))), None)
+
+
+HOSTS = {
+    "debian12": {"distribution": "Debian", "os_family": "Debian", "distribution_major_version": "12", "distribution_version": "12.8",
+                 "pkg_mgr": "apt"},
+    "debian13": {"distribution": "Debian", "os_family": "Debian", "distribution_major_version": "13", "distribution_version": "13.1",
+                 "pkg_mgr": "apt"},
+    "ubuntu2404": {"distribution": "Ubuntu", "os_family": "Debian", "distribution_major_version": "24", "distribution_version": "24.04",
+                   "pkg_mgr": "apt", "kernel": "6.8.0-1015-aws"},
+    "rocky9": {"distribution": "Rocky", "os_family": "RedHat", "distribution_major_version": "9", "distribution_version": "9.6",
+               "pkg_mgr": "dnf"},
+    "rocky10": {"distribution": "Rocky", "os_family": "RedHat", "distribution_major_version": "10", "distribution_version": "10.0",
+                "pkg_mgr": "dnf"},
+    "rhel8": {"distribution": "RedHat", "os_family": "RedHat", "distribution_major_version": "8", "distribution_version": "8.10",
+              "pkg_mgr": "dnf"},
+    "fedora42": {"distribution": "Fedora", "os_family": "RedHat", "distribution_major_version": "42", "distribution_version": "42",
+                 "pkg_mgr": "dnf5"},
+    "arch": {"distribution": "Archlinux", "os_family": "Archlinux", "distribution_major_version": "", "distribution_version": "",
+             "pkg_mgr": "pacman", "kernel": "6.12.1-arch1-1"},
+}
+
+
+class Host:
+    """The role's variables for one host, templated on demand."""
+
+    def __init__(self, name):
+        facts = {"architecture": "x86_64", "kernel": "6.1.0-28-amd64", **HOSTS[name]}
+        with open(os.path.join(ROLE, "defaults", "main.yml"), encoding="utf-8") as handle:
+            variables = yaml.safe_load(handle)
+        variables.update(_load("main.yml"))
+        base = _first([facts["distribution"] + ".yml", facts["os_family"] + ".yml", "default.yml"])
+        variables.update(_load(base))
+        self.files = [base]
+        release = _first([
+            "%s_%s.yml" % (facts["distribution"], facts["distribution_version"]),
+            "%s_%s.yml" % (facts["distribution"], facts["distribution_major_version"]),
+            "%s_%s.yml" % (facts["os_family"], facts["distribution_major_version"]),
+        ])
+        if release:
+            variables.update(_load(release))
+            self.files.append(release)
+        self.facts = facts
+        self.variables = _trust(variables)
+        self.variables["ansible_facts"] = facts
+
+    def __getitem__(self, name):
+        return Templar(loader=DataLoader(), variables=self.variables).template(self.variables[name])
+
+    def plan(self, request=None, gpus=("10de:2330",)):
+        req = {"source": "auto", "flavour": "auto", "branch": "", "version": "", "reboot": "never"}
+        req.update(request or {})
+        facts = {"present": True, "gpus": [{"pci_bus_id": "0000:%02x:00.0" % (i + 1), "pci_device_id": d} for i, d in enumerate(gpus)]}
+        host = {"distribution": self.facts["distribution"], "distribution_version": self.facts["distribution_version"],
+                "distribution_major_version": self.facts["distribution_major_version"], "headers_present": True, "secure_boot": False}
+        return _driver.plan(req, facts, host, self["__nvidia_driver_capabilities"])
+
+    def packages(self, plan):
+        flavour = self["__nvidia_driver_ubuntu_kernel_flavour"] if "__nvidia_driver_ubuntu_kernel_flavour" in self.variables else ""
+        return _driver.resolve_packages(plan, self["__nvidia_driver_packages"][plan["source"]], {"kernel_flavour": flavour})
+
+    def repo(self, source="nvidia"):
+        return self["__nvidia_driver_repo_defaults"][source]
+
+
+CUDA = "https://developer.download.nvidia.com/compute/cuda/repos/"
+PASCAL = "10de:1b81"
+
+
+def test_release_files_layer_on_the_distribution():
+    assert Host("debian12").files == ["Debian.yml"]
+    assert Host("debian13").files == ["Debian.yml", "Debian_13.yml"]
+    assert Host("rocky9").files == ["RedHat.yml"]
+    assert Host("rocky10").files == ["RedHat.yml", "RedHat_10.yml"]
+    assert Host("fedora42").files == ["Fedora.yml"]
+    assert Host("ubuntu2404").files == ["Ubuntu.yml"]
+
+
+def test_debian12_defaults_to_nvidia_580_with_nvidias_apt_key():
+    host = Host("debian12")
+    plan = host.plan()
+    assert (plan["errors"], plan["source"], plan["branch"]) == ([], "nvidia", 580)
+    assert host.repo() == {"url": CUDA + "debian12/x86_64/", "key_url": CUDA + "debian12/x86_64/3bf863cc.pub",
+                           "key_fingerprint": "EB693B3035CD5710E231E123A4B469963BF863CC"}
+    pkgs = host.packages(plan)
+    assert (pkgs["module"]["open"], pkgs["userspace"], pkgs["pinning"]) == (["nvidia-kernel-open-dkms"], ["nvidia-driver-cuda"],
+                                                                           "nvidia-driver-pinning-580")
+
+
+def test_debian12_distro_source_holds_debians_535_by_exact_name():
+    host = Host("debian12")
+    plan = host.plan({"source": "distro"}, gpus=("10de:1db6",))
+    pkgs = host.packages(plan)
+    assert (plan["errors"], plan["branch"], plan["flavour"]) == ([], 535, "proprietary")
+    assert {"nvidia-kernel-dkms", "nvidia-open-kernel-dkms", "nvidia-smi", "libcuda1", "nvidia-persistenced", "firmware-nvidia-gsp"} <= set(pkgs["hold"])
+    assert all("*" not in name and "?" not in name for name in pkgs["hold"])
+    assert pkgs["pinning"] == ""
+
+
+def test_debian13_nvidia_repository_has_its_own_key_and_starts_past_580():
+    host = Host("debian13")
+    plan = host.plan()
+    assert (plan["errors"], plan["source"], plan["branch"]) == ([], "nvidia", 595)
+    assert plan["lifecycle"] == {"designation": "Production Branch", "end_of_life": "2027-03"}
+    assert host.repo() == {"url": CUDA + "debian13/x86_64/", "key_url": CUDA + "debian13/x86_64/8793F200.pub",
+                           "key_fingerprint": "02182E60104FCDC26EAE1B8597A5D4CB8793F200"}
+    assert host.packages(plan)["pinning"] == "nvidia-driver-pinning-595"
+    assert "its repository starts at branch 590" in host.plan({"branch": "580"})["errors"][0]
+
+
+def test_debian13_pascal_fails_early_naming_580_and_debians_own_550_drives_it():
+    host = Host("debian13")
+    errors = host.plan(gpus=(PASCAL,))["errors"]
+    assert len(errors) == 1 and errors[0].startswith("driver branch 595 no longer supports Pascal GPU 0000:01:00.0: its last branch is 580")
+    distro = host.plan({"source": "distro"}, gpus=(PASCAL,))
+    assert (distro["errors"], distro["branch"], distro["flavour"]) == ([], 550, "proprietary")
+
+
+def test_ubuntu_names_carry_the_branch_to_580_and_lose_it_from_590():
+    host = Host("ubuntu2404")
+    p580 = host.packages(host.plan())
+    assert (p580["module"]["open"], p580["settings"]) == (["nvidia-dkms-580-open"], ["nvidia-compute-utils-580", "nvidia-utils-580"])
+    p595 = host.packages(host.plan({"branch": "595"}))
+    assert (p595["module"]["open"], p595["settings"], p595["pinning"]) == (["nvidia-dkms-open"], ["nvidia-compute-utils", "nvidia-utils"],
+                                                                           "nvidia-driver-pinning-595")
+    distro = host.packages(host.plan({"source": "distro"}))
+    assert distro["module"]["open"] == ["linux-modules-nvidia-580-server-open-aws"]
+    assert distro["settings"] == ["nvidia-compute-utils-580-server", "nvidia-utils-580-server"]
+
+
+def test_el9_keeps_module_streams_with_nvidias_rpm_key():
+    host = Host("rocky9")
+    assert host["__nvidia_driver_dnf_modules"] is True
+    assert host.repo()["key_fingerprint"] == "610C7B14E068A878070DA4E99CD0A493D42D0685"
+    assert host.repo()["key_url"] == CUDA + "rhel9/x86_64/D42D0685.pub"
+    assert host["__nvidia_driver_epel_repo"]["key_fingerprint"] == "FF8AD1344597106ECE813B918A3872BF3228467C"
+    assert host["__nvidia_driver_crb_repo"] == "crb"
+    assert Host("rhel8")["__nvidia_driver_crb_repo"] == "codeready-builder-for-rhel-8-x86_64-rpms"
+
+
+def test_el10_has_no_module_streams_and_no_unconfirmed_fingerprint():
+    host = Host("rocky10")
+    assert host["__nvidia_driver_dnf_modules"] is False
+    plan = host.plan()
+    assert (plan["errors"], plan["branch"]) == ([], 580)
+    repo = host.repo()
+    assert repo["key_url"] == CUDA + "rhel10/x86_64/CDF6BA43.pub"
+    assert repo["key_fingerprint"] == "" and "nvidia_driver_repo_key_fingerprint" in repo["key_note"]
+    assert host["__nvidia_driver_epel_repo"] == {
+        "url": "https://dl.fedoraproject.org/pub/epel/10/Everything/x86_64/",
+        "key_url": "https://dl.fedoraproject.org/pub/epel/RPM-GPG-KEY-EPEL-10",
+        "key_fingerprint": "7D8D15CBFC4E62688591FB2633D98517E37ED158",
+    }
+    pkgs = host.packages(plan)
+    assert _driver.versionlock_dnf4(pkgs["hold"], plan)[0].endswith("-580.*")
+    assert {"kmod-nvidia-open-dkms", "nvidia-driver", "nvidia-driver-cuda", "nvidia-persistenced"} <= set(pkgs["hold"])
+
+
+def test_fedora_uses_dnf5_versionlock_and_nvidias_rpm_key():
+    host = Host("fedora42")
+    assert host["__nvidia_driver_versionlock_style"] == "dnf5"
+    assert host["__nvidia_driver_versionlock_file"] == "/etc/dnf/versionlock.toml"
+    assert host.repo()["key_fingerprint"] == "610C7B14E068A878070DA4E99CD0A493D42D0685"
+    assert host["__nvidia_driver_versionlock_plugin_packages"] == []
+    assert Host("rocky10")["__nvidia_driver_versionlock_plugin_packages"] == ["python3-dnf-plugin-versionlock"]
+
+
+def test_arch_takes_the_prebuilt_module_on_archs_kernel():
+    host = Host("arch")
+    plan = host.plan()
+    assert (plan["errors"], plan["source"], plan["branch"]) == ([], "distro", None)
+    assert host.packages(plan)["module"]["open"] == ["nvidia-open"]
+
+
+@pytest.mark.parametrize("name", sorted(HOSTS))
+def test_every_default_fingerprint_is_forty_hex_or_deliberately_empty(name):
+    fingerprint = Host(name)["__nvidia_driver_repo_defaults"]["nvidia"].get("key_fingerprint")
+    assert fingerprint is None or fingerprint == "" or (len(fingerprint) == 40 and int(fingerprint, 16) >= 0)
+
+
+def _render(name, host, plan, pkgs):
+    """Render one of the role's templates with plain Jinja and the collection's filters under their FQCN."""
+    import jinja2
+
+    from ansible_collections.gpuhost.nvidia.plugins.filter import driver as driver_filters
+
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    env.filters.update({"gpuhost.nvidia." + k: v for k, v in driver_filters.FilterModule().filters().items()})
+    variables = {"__nvidia_driver_plan": plan, "__nvidia_driver_pkgs": pkgs, "ansible_managed": "managed",
+                 "__nvidia_driver_pin_glob": (plan["version"] + "-*") if plan.get("version") else "%s.*" % plan["branch"]}
+    with open(os.path.join(ROLE, "templates", name), encoding="utf-8") as handle:
+        return env.from_string(handle.read()).render(**variables)
+
+
+def test_apt_preferences_hold_exact_names_at_the_branch():
+    host = Host("debian12")
+    plan = host.plan({"source": "distro"}, gpus=("10de:1db6",))
+    text = _render("apt.pref.j2", host, plan, host.packages(plan))
+    package_line = next(line for line in text.splitlines() if line.startswith("Package: "))
+    assert "*" not in package_line and " nvidia-kernel-dkms " in package_line + " "
+    assert "Pin: version 535.*" in text and "Pin-Priority: 1001" in text
+
+
+def test_dnf5_versionlock_file_is_valid_toml_with_an_evr_range():
+    import tomllib
+
+    host = Host("fedora42")
+    plan = host.plan()
+    text = 'version = "1.0"\n' + _render("versionlock-dnf5.toml.j2", host, plan, host.packages(plan))
+    data = tomllib.loads(text)
+    entry = next(p for p in data["packages"] if p["name"] == "nvidia-driver")
+    assert entry["conditions"] == [{"key": "evr", "comparator": ">=", "value": "3:580"}, {"key": "evr", "comparator": "<", "value": "3:581"}]
