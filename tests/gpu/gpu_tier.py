@@ -528,13 +528,18 @@ def import_capture(directory: str, dest_root: str, name: str | None, source: str
     mapping: dict[str, str] = {}
     for match in _UUID_RE.finditer(texts["xml"] + texts["nvml"] + texts["facts"]):
         mapping.setdefault(match.group(0), "%s-00000000-0000-4000-8000-%012d" % (match.group(1), len(mapping)))
-    hostname = record.get("hostname")
     for key, text in texts.items():
         text = _UUID_RE.sub(lambda m: mapping[m.group(0)] if m.group(0) in mapping else m.group(0), text)
-        text = re.sub(r"<serial>[^<]*</serial>", "<serial>0000000000000</serial>", text)
-        if hostname:
-            text = text.replace(hostname, "gpu-host")
-        texts[key] = text
+        texts[key] = re.sub(r"<serial>[^<]*</serial>", "<serial>0000000000000</serial>", text)
+    # The host name is in two places only: the record and the doctor's report heading.
+    plans = json.loads(texts["plans"])
+    hostname = plans.get("record", {}).get("hostname")
+    if hostname:
+        plans["record"]["hostname"] = "gpu-host"
+        doctor = (plans.get("results", {}).get("doctor") or {}).get("result") or {}
+        if isinstance(doctor.get("markdown"), str):
+            doctor["markdown"] = doctor["markdown"].replace("# GPU doctor: %s\n" % hostname, "# GPU doctor: gpu-host\n", 1)
+        texts["plans"] = json.dumps(plans, indent=1, sort_keys=True) + "\n"
     os.makedirs(dest)
     for key, text in texts.items():
         with open(os.path.join(dest, OUTPUTS[key]), "w", encoding="utf-8") as handle:
