@@ -208,7 +208,7 @@ def _check_size(value: t.Any) -> bool:
         return False
     if isinstance(value, int):
         return 0 < value <= MAX_INT64
-    return isinstance(value, str) and len(value) <= 32 and bool(_SIZE_RE.fullmatch(value.strip()))
+    return isinstance(value, str) and len(value) <= 32 and bool(_SIZE_RE.fullmatch(value))
 
 
 def _ulimit_value(value: t.Any) -> bool:

@@ -444,15 +444,15 @@ def main() -> None:
     validated_with: list[str] | None = None
     validator = None
     if params["validate"]:
-        command = compose_command(module)
-        if command is None:
-            module.fail_json(msg="validate=true needs docker compose or docker-compose on the host, and neither was found", path=path)
         try:
             files, missing = base_files(path, params["compose_files"])
         except _files.FileError as exc:
             module.fail_json(msg="a compose file to validate with cannot be used: %s" % exc, path=path)
         if missing:
-            module.fail_json(msg="compose file(s) to validate with do not exist: %s" % ", ".join(missing), path=path)
+            module.fail_json(msg="compose_files: compose file(s) to validate with do not exist: %s" % ", ".join(missing), path=path)
+        command = compose_command(module)
+        if command is None:
+            module.fail_json(msg="validate=true needs docker compose or docker-compose on the host, and neither was found", path=path)
 
         def validator(tmp: str) -> None:
             nonlocal validated_with
