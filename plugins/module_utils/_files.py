@@ -273,9 +273,9 @@ def write_file(
     path = os.path.abspath(path)
     directory = os.path.dirname(path)
     try:
-        if not check_directory(directory, what):
-            module.fail_json(msg="%s %r: its directory %r does not exist" % (what, path, directory), path=path)
         before = read_bytes(path, what)
+        if before is None and not check_directory(directory, what):
+            module.fail_json(msg="%s %r: its directory %r does not exist" % (what, path, directory), path=path)
     except FileError as exc:
         module.fail_json(msg=str(exc), path=path)
 

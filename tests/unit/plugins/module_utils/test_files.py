@@ -1,0 +1,126 @@
+# Copyright (c) gpuhost.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""_files refuses every path that is not a usable file, naming the option and the path, and never leaves a temporary
+file behind (issue #16)."""
+
+from __future__ import annotations
+
+import os
+import typing as t
+
+import pytest
+
+import hostile
+
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _files
+
+PROBLEMS = {
+    "directory": "is a directory, not a regular file",
+    "under_file": "which is a regular file, not a directory",
+    "dangling_link": "which does not exist",
+    "fifo": "is a FIFO, not a regular file",
+    "link_loop": "is a loop of symbolic links",
+    "under_dangling_link": "which does not exist",
+}
+
+
+@pytest.mark.parametrize("kind", hostile.SPECIAL_KINDS)
+@pytest.mark.parametrize("operation", ["check_file", "read_bytes", "remove"])
+def test_unusable_files_are_refused(tmp_path, kind, operation):
+    path = hostile.make_special_cases(str(tmp_path))[kind]
+    before = hostile.snapshot(str(tmp_path))
+    with pytest.raises(_files.FileError) as err:
+        getattr(_files, operation)(path, "the_option")
+    assert str(err.value).startswith("the_option %r " % path)
+    assert PROBLEMS[kind] in str(err.value)
+    assert hostile.snapshot(str(tmp_path)) == before
+
+
+@pytest.mark.parametrize("kind", ["under_file", "dangling_link", "fifo", "under_dangling_link"])
+def test_directories_that_cannot_be_made_are_refused(tmp_path, kind):
+    path = hostile.make_special_cases(str(tmp_path))[kind]
+    before = hostile.snapshot(str(tmp_path))
+    with pytest.raises(_files.FileError) as err:
+        _files.make_dirs(os.path.join(path, "sub"), "dir")
+    assert str(err.value).startswith("dir ")
+    assert hostile.snapshot(str(tmp_path)) == before
+
+
+def test_a_file_where_a_directory_belongs(tmp_path):
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(_files.FileError, match="is a regular file, not a directory"):
+        _files.check_directory(str(tmp_path / "f"), "dir")
+
+
+def test_missing_files_and_links_to_files_are_fine(tmp_path):
+    assert _files.read_bytes(str(tmp_path / "absent"), "p") is None
+    assert _files.check_file(str(tmp_path / "no" / "such" / "dir" / "file"), "p") is False
+    (tmp_path / "real").write_bytes(b"data")
+    os.symlink(str(tmp_path / "real"), str(tmp_path / "link"))
+    assert _files.read_bytes(str(tmp_path / "link"), "p") == b"data"
+    assert _files.make_dirs(str(tmp_path / "a" / "b"), "p") is True and (tmp_path / "a" / "b").is_dir()
+    assert _files.remove(str(tmp_path / "real"), "p") is True and _files.remove(str(tmp_path / "real"), "p") is False
+
+
+def test_huge_files_are_refused(tmp_path):
+    big = tmp_path / "big"
+    big.write_bytes(b"x" * 2048)
+    with pytest.raises(_files.FileError, match="larger than 1024 bytes"):
+        _files.read_bytes(str(big), "p", max_size=1024)
+
+
+def test_character_devices_are_refused():
+    if not os.path.exists("/dev/null"):
+        pytest.skip("no /dev/null")
+    with pytest.raises(_files.FileError, match="is a character device, not a regular file"):
+        _files.read_bytes("/dev/null", "p")
+
+
+class FakeModule:
+    """What write_file needs of AnsibleModule."""
+
+    def __init__(self, tmpdir: str, check_mode: bool = False):
+        self.tmpdir = tmpdir
+        self.check_mode = check_mode
+        self.params: dict[str, t.Any] = {}
+        self.failed: dict[str, t.Any] | None = None
+
+    def fail_json(self, **kwargs: t.Any) -> None:
+        self.failed = kwargs
+        raise SystemExit(1)
+
+    def atomic_move(self, src: str, dest: str, unsafe_writes: bool = False) -> None:
+        os.rename(src, dest)
+
+    def backup_local(self, path: str) -> str:  # pragma: no cover - not used here
+        raise AssertionError
+
+
+@pytest.mark.parametrize("kind", hostile.SPECIAL_KINDS)
+@pytest.mark.parametrize("check_mode", [False, True])
+def test_write_file_fails_cleanly_and_leaves_nothing_behind(tmp_path, kind, check_mode):
+    path = hostile.make_special_cases(str(tmp_path / "work"))[kind] if (tmp_path / "work").mkdir() is None else ""
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    module = FakeModule(str(scratch), check_mode)
+    before = hostile.snapshot(str(tmp_path))
+    with pytest.raises(SystemExit):
+        _files.write_file(module, path, b"new\n", what="the_option")  # type: ignore[arg-type]
+    assert module.failed is not None and module.failed["msg"].startswith("the_option ")
+    assert path in module.failed["msg"]
+    assert hostile.snapshot(str(tmp_path)) == before
+
+
+def test_a_failing_validator_leaves_no_temporary_file(tmp_path):
+    target = tmp_path / "conf"
+    target.write_bytes(b"old\n")
+    module = FakeModule(str(tmp_path / "scratch"))
+
+    def refuse(tmp: str) -> None:
+        raise RuntimeError("invalid")
+
+    with pytest.raises(RuntimeError):
+        _files.write_file(module, str(target), b"new\n", validate=refuse)  # type: ignore[arg-type]
+    assert sorted(os.listdir(tmp_path)) == ["conf"] and target.read_bytes() == b"old\n"
