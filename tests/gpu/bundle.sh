@@ -41,7 +41,7 @@ for ((minor = ${glibc#*.}; minor >= 17; minor--)); do platforms+=(--platform "ma
 platforms+=(--platform "manylinux2014_${arch}")
 
 complete() {
-    [[ -f "$bundle/MANIFEST" ]] && grep -qxF "$key" "$bundle/MANIFEST" || return 1
+    [[ -f "$bundle/MANIFEST" && -f "$bundle/requirements.txt" ]] && grep -qxF "$key" "$bundle/MANIFEST" || return 1
     local name
     while read -r name; do
         [[ -f "$bundle/wheels/$name" ]] || return 1
@@ -84,12 +84,15 @@ else
 fi
 
 # The collection, rebuilt only when something in the checkout is newer than the tarball.
-tarball="$(ls "$bundle"/gpuhost-nvidia-*.tar.gz 2>/dev/null | head -n1 || true)"
+shopt -s nullglob
+tarballs=("$bundle"/gpuhost-nvidia-*.tar.gz)
+tarball="${tarballs[0]:-}"
 if [[ -z "$tarball" ]] || [[ -n "$(cd "$repo" && find . \( -path ./.git -o -path ./.venv -o -path ./.cache -o -path ./tests/output \
         -o -path ./benchmarks/results -o -name __pycache__ \) -prune -o -type f -newer "$tarball" -print -quit)" ]]; then
     rm -f "$bundle"/gpuhost-nvidia-*.tar.gz
     (cd "$repo" && "$python" -m ansible galaxy collection build --force --output-path "$bundle" . >/dev/null)
-    echo "bundle.sh: built $(basename "$(ls "$bundle"/gpuhost-nvidia-*.tar.gz)")"
+    tarballs=("$bundle"/gpuhost-nvidia-*.tar.gz)
+    echo "bundle.sh: built $(basename "${tarballs[0]}")"
 fi
 schema="$repo/../shared/schemas/compose-spec.json"
 if [[ -f "$schema" && ! -f "$bundle/compose-spec.json" ]]; then

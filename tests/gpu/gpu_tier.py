@@ -25,6 +25,7 @@ import datetime
 import glob
 import gzip
 import json
+import locale
 import lzma
 import os
 import platform
@@ -60,6 +61,7 @@ NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
 GATHER = ["processes", "utilization", "topology", "health"]
 CAPTURED = os.path.join(REPO, "tests", "unit", "fixtures", "captured")
 DEFAULT_IMAGE = "nvidia/cuda:12.4.1-base-ubuntu22.04"
+PLAYBOOK_TIMEOUT = 420  # the whole tier must finish in 10 minutes
 _COMPUTE_MODES = {0: "default", 1: "exclusive_thread", 2: "prohibited", 3: "exclusive_process"}
 
 
@@ -217,13 +219,18 @@ class Tier:
 
     def smi(self, *args: str, phase: str = "before") -> tuple[int, str, str]:
         env = dict(self.env, GPU_TIER_PHASE=phase, LC_ALL="C", LANGUAGE="C")  # as the modules run it
-        proc = subprocess.run([self.smi_path] + list(args), env=env, capture_output=True, text=True,
-                              check=False, timeout=120)
+        try:
+            proc = subprocess.run([self.smi_path] + list(args), env=env, capture_output=True, text=True, check=False, timeout=120)
+        except subprocess.TimeoutExpired:
+            return -1, "", "nvidia-smi %s ran longer than 120 s" % " ".join(args)
         return proc.returncode, proc.stdout, proc.stderr
 
     def nvml(self, phase: str) -> dict[str, t.Any]:
-        proc = subprocess.run([sys.executable, os.path.abspath(__file__), "nvml-read"], env=dict(self.env, GPU_TIER_PHASE=phase),
-                              capture_output=True, text=True, check=False, timeout=300)
+        try:
+            proc = subprocess.run([sys.executable, os.path.abspath(__file__), "nvml-read"], env=dict(self.env, GPU_TIER_PHASE=phase),
+                                  capture_output=True, text=True, check=False, timeout=120)
+        except subprocess.TimeoutExpired:
+            return {"available": False, "error": "reading NVML took longer than 120 s", "gpus": []}
         try:
             return json.loads(proc.stdout)
         except ValueError:
@@ -290,15 +297,20 @@ class Tier:
             ANSIBLE_RETRY_FILES_ENABLED="false",
             ANSIBLE_LOCALHOST_WARNING="false",
             ANSIBLE_INVENTORY_UNPARSED_WARNING="false",
-            LC_ALL="C.UTF-8",  # Ansible needs a UTF-8 locale; the modules set LC_ALL=C for nvidia-smi themselves
             GPU_TIER_RESULTS=results,
         )
+        if locale.getpreferredencoding(False).lower().replace("-", "") != "utf8":
+            env["LC_ALL"] = "C.UTF-8"  # Ansible needs a UTF-8 locale; the modules set LC_ALL=C for nvidia-smi themselves
         command = [sys.executable, "-m", "ansible", "playbook", "-i", "localhost,", "-c", "local",
                    "-e", json.dumps({"ansible_python_interpreter": sys.executable}), path]
-        proc = subprocess.run(command, env=env, cwd=self.work, capture_output=True, text=True, check=False, timeout=900)
+        try:
+            proc = subprocess.run(command, env=env, cwd=self.work, capture_output=True, text=True, check=False, timeout=PLAYBOOK_TIMEOUT)
+            rc, output = proc.returncode, proc.stdout + proc.stderr
+        except subprocess.TimeoutExpired as exc:
+            rc, output = "timeout", "%s\nthe playbook ran longer than %d s" % (exc.output or "", PLAYBOOK_TIMEOUT)
         with open(os.path.join(self.work, "ansible.log"), "w", encoding="utf-8") as handle:
-            handle.write(proc.stdout + proc.stderr)
-        self.record["playbook"] = {"rc": proc.returncode, "tail": (proc.stdout + proc.stderr).strip().splitlines()[-15:] if proc.returncode else []}
+            handle.write(output if isinstance(output, str) else output.decode("utf-8", "replace"))
+        self.record["playbook"] = {"rc": rc, "tail": str(output).strip().splitlines()[-15:] if rc else []}
         try:
             with open(results, "r", encoding="utf-8") as handle:
                 recorded = json.load(handle)
@@ -342,6 +354,7 @@ class Tier:
             "device_nodes": sorted(nodes),
             "libraries": libraries,
             "ldconfig": self.ldconfig() if root == "/" else None,
+            "machine": platform.machine(),
             "paths": paths,
         }
 
@@ -367,16 +380,17 @@ class Tier:
         return None
 
     @staticmethod
-    def ldconfig() -> dict[str, list[str]] | None:
+    def ldconfig() -> dict[str, list[list[str]]] | None:
+        """``ldconfig -p``'s entries for the two libraries the facts name: [path, flags] pairs (flags: ``libc6,x86-64``)."""
         binary = next((p for p in ("/sbin/ldconfig", "/usr/sbin/ldconfig") if os.path.exists(p)), None)
         if binary is None:
             return None
         proc = subprocess.run([binary, "-p"], capture_output=True, text=True, check=False)
-        found: dict[str, list[str]] = {"libnvidia-ml.so.1": [], "libcuda.so.1": []}
+        found: dict[str, list[list[str]]] = {"libnvidia-ml.so.1": [], "libcuda.so.1": []}
         for line in proc.stdout.splitlines():
             match = re.match(r"^\s*(\S+)\s+\(([^)]*)\)\s+=>\s+(\S+)", line)
-            if match and match.group(1) in found and match.group(3) not in found[match.group(1)]:
-                found[match.group(1)].append(match.group(3))
+            if match and match.group(1) in found and [match.group(3), match.group(2)] not in found[match.group(1)]:
+                found[match.group(1)].append([match.group(3), match.group(2)])
         return found
 
     def engine(self) -> tuple[str | None, str]:
@@ -388,6 +402,8 @@ class Tier:
         candidates += ["/var/run/docker.sock", "/run/podman/podman.sock"]
         for path in candidates:
             if os.path.exists(path):
+                if not os.access(path, os.R_OK | os.W_OK):
+                    return None, "%s exists but this user may not use it" % path
                 return "unix://" + path, "found %s" % path
         return None, "none of %s exists" % ", ".join(candidates)
 

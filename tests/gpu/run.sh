@@ -61,8 +61,8 @@ if ((use_bundle)); then
     # wheel instead, in isolated mode (no pip.conf, no PIP_* variables), from the bundle only.
     "$base" -m venv --without-pip "$work/venv"
     python="$work/venv/bin/python"
-    pip_wheel=$(ls "$bundle"/wheels/pip-*.whl | head -n1)
-    if ! "$python" "$pip_wheel/pip" --isolated install --quiet --disable-pip-version-check --no-index --no-cache-dir \
+    pip_wheels=("$bundle"/wheels/pip-*.whl)
+    if ! "$python" "${pip_wheels[0]}/pip" --isolated install --quiet --disable-pip-version-check --no-index --no-cache-dir \
         --find-links "$bundle/wheels" -r "$bundle/requirements.txt"; then
         echo "run.sh: the bundle has no wheels for $("$python" -V 2>&1) on $(uname -m) (it was built for: $(sed -n 's/^pythons: //p' "$bundle/MANIFEST"))" >&2
         exit 2

@@ -39,6 +39,7 @@ NVML_SETTINGS = ("persistence_mode", "compute_mode", "power_limit_w", "ecc", "mi
 ABSENT = object()  # a source that does not carry a field at all (not the same as N/A, which is None)
 _NO_VALUE = ("n/a", "not supported", "not available", "unknown error", "requested functionality has been deprecated", "")
 _WATT_TOLERANCE = 0.005
+_LD_ARCH = {"x86_64": "x86-64", "aarch64": "AArch64"}  # ldconfig -p's flag for the machine's own libraries
 
 
 # -- small parsers ------------------------------------------------------------------------------------------------
@@ -470,8 +471,14 @@ def check_host(capture: dict[str, t.Any]) -> list[dict[str, t.Any]]:
             problems.append("%s: %s resolves to %s, not the driver %s that nvidia-smi reports" % (
                 soname, path, os.path.basename(resolved), xml["driver_version"]))
         ldconfig = (host.get("ldconfig") or {}).get(soname)
-        if ldconfig is not None and path not in ldconfig:
-            problems.append("%s: %s is not among the ld.so cache's %s" % (soname, path, ", ".join(ldconfig) or "(none)"))
+        if ldconfig is not None:
+            flags = {entry[0]: entry[1] for entry in ldconfig}
+            arch = _LD_ARCH.get(host.get("machine") or "")
+            if path not in flags:
+                problems.append("%s: %s is not among the ld.so cache's %s" % (soname, path, ", ".join(flags) or "(none)"))
+            elif arch and arch not in flags[path]:
+                problems.append("%s: %s is the %s library, not the %s one (%s)" % (
+                    soname, path, flags[path], host.get("machine"), ", ".join(p for p, f in flags.items() if arch in f) or "none listed"))
     checks.append(check("host.library_paths", not problems, "; ".join(problems) or "nvml %s and cuda %s resolve to the %s libraries" % (
         (driver.get("library_paths") or {}).get("nvml"), (driver.get("library_paths") or {}).get("cuda"), xml["driver_version"])))
     return checks

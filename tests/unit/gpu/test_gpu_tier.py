@@ -239,6 +239,22 @@ def test_each_check_fails_when_its_value_changes(clean_capture, schema, name):
     assert after[name]["status"] == tc.FAIL, after[name]
 
 
+def test_library_paths_must_be_the_machines_own_architecture(clean_capture, schema):
+    capture = copy.deepcopy(clean_capture)
+    facts = _facts(capture, "facts_nvml")["driver"]["library_paths"]
+    capture["host"]["machine"] = "x86_64"
+    capture["host"]["ldconfig"] = {
+        "libnvidia-ml.so.1": [[facts["nvml"], "libc6,x86-64"], ["/usr/lib/i386-linux-gnu/libnvidia-ml.so.1", "libc6"]],
+        "libcuda.so.1": [[facts["cuda"], "libc6,x86-64"]],
+    }
+    found = {c["name"]: c for c in tc.evaluate(capture, schema)}
+    assert found["host.library_paths"]["status"] == tc.PASS
+    capture["host"]["ldconfig"]["libnvidia-ml.so.1"][0][1] = "libc6"  # the facts named the i386 copy
+    found = {c["name"]: c for c in tc.evaluate(capture, schema)}
+    assert found["host.library_paths"]["status"] == tc.FAIL
+    assert "not the x86_64 one" in found["host.library_paths"]["detail"]
+
+
 def test_output_limits(tmp_path):
     for name in list(gpu_tier.OUTPUTS.values())[:-1]:
         (tmp_path / name).write_text("x")
