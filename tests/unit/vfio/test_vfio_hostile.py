@@ -203,3 +203,39 @@ def test_comments_and_export_lines_naming_the_variable_are_fine():
     text = "# GRUB_CMDLINE_LINUX='don't'\nGRUB_TIMEOUT=5 # see GRUB_CMDLINE_LINUX\nGRUB_CMDLINE_LINUX=\"q\"\nexport GRUB_CMDLINE_LINUX\n"
     planned = _vfio.plan_cmdline_file(text, "GRUB_CMDLINE_LINUX", ["iommu=pt"], "present", [])
     assert planned["errors"] == [] and 'GRUB_CMDLINE_LINUX="q iommu=pt"\n' in planned["content"]
+
+
+# -- what the distributions ship still parses with certainty ---------------------------------------------------
+DEBIAN = """# If you change this file, run 'update-grub' afterwards to update
+# /boot/grub/grub.cfg.
+# For full documentation of the options in this file, see:
+#   info -f grub -n 'Simple configuration'
+
+GRUB_DEFAULT=0
+GRUB_TIMEOUT=5
+GRUB_DISTRIBUTOR=`lsb_release -i -s 2> /dev/null || echo Debian`
+GRUB_CMDLINE_LINUX_DEFAULT="quiet"
+GRUB_CMDLINE_LINUX=""
+
+# Uncomment to enable BadRAM filtering, modify to suit your needs
+#GRUB_BADRAM="0x01234567,0xfefefefe,0x89abcdef,0xefefefef"
+# you can see them in real GRUB with the command `vbeinfo'
+# Uncomment if you don't want GRUB to pass "root=UUID=xxx" parameter to Linux
+#GRUB_DISABLE_LINUX_UUID=true
+#GRUB_INIT_TUNE="480 440 1"
+"""
+UBUNTU = 'GRUB_DEFAULT=0\nGRUB_TIMEOUT_STYLE=hidden\nGRUB_TIMEOUT=0\nGRUB_DISTRIBUTOR=`( . /etc/os-release; echo ${NAME:-Ubuntu} ) 2>/dev/null || echo Ubuntu`\nGRUB_CMDLINE_LINUX_DEFAULT="quiet splash"\nGRUB_CMDLINE_LINUX=""\n'
+RHEL = '''GRUB_TIMEOUT=5
+GRUB_DISTRIBUTOR="$(sed 's, release .*$,,g' /etc/system-release)"
+GRUB_DEFAULT=saved
+GRUB_CMDLINE_LINUX="crashkernel=1G-4G:192M,4G-64G:256M,64G-:512M resume=/dev/mapper/rl-swap rd.lvm.lv=rl/root rhgb quiet"
+GRUB_ENABLE_BLSCFG=true
+'''
+
+
+@pytest.mark.parametrize("text", [DEBIAN, UBUNTU, RHEL], ids=["debian", "ubuntu", "rhel"])
+def test_distribution_grub_defaults_round_trip(text):
+    present = _vfio.plan_cmdline_file(text, "GRUB_CMDLINE_LINUX", ["intel_iommu=on", "iommu=pt"], "present", [])
+    assert present["errors"] == [] and present["added"] == ["intel_iommu=on", "iommu=pt"]
+    absent = _vfio.plan_cmdline_file(present["content"], "GRUB_CMDLINE_LINUX", [], "absent", present["ours"])
+    assert absent["content"] == text
