@@ -19,7 +19,7 @@ checked against (at least two); tests/unit/test_sources.py keeps the two in step
   the CUDA major version of NVIDIA's data center support matrix; the catalog then answers "cannot tell" for a minor
   above what an older branch is known to run, instead of guessing.
 - Branch lifecycle (designation, end of life): NVIDIA Data Center Drivers documentation, "Supported Drivers and CUDA
-  Toolkit Versions" (the 580, 615 and 620 editions).
+  Toolkit Versions" (the 580, 615 and 620 editions), for the branches a second source confirms (580, 595).
 - Open kernel modules: NVIDIA's open-gpu-kernel-modules README and the July 2024 technical blog: Turing and later.
 - Last branch and last CUDA toolkit per architecture: NVIDIA Data Center Drivers, "CUDA Toolkit, Driver, and
   Architecture Matrix" (Maxwell, Pascal, Volta: last driver R580, last toolkit CUDA 12.x; Kepler: R470) and NVIDIA's
@@ -141,17 +141,14 @@ BRANCH_MAX_CUDA_MAJOR: dict[int, int] = {
     620: 13,
 }
 
-# Lifecycle of the current data center branches: (designation, end of life as YYYY-MM or None for a New Feature
-# Branch, which NVIDIA gives no end-of-life date). NVIDIA Data Center Drivers, "Supported Drivers and CUDA Toolkit
-# Versions" (editions 580, 615, 620); the 580 edition gave R580 "August 2028", the 615 and 620 editions "June 2028".
+# Lifecycle of the current data center branches: (designation, end of life as YYYY-MM). NVIDIA Data Center Drivers,
+# "Supported Drivers and CUDA Toolkit Versions" (editions 615 and 620; the 580 edition gave R580 "August 2028"), each
+# with a second, independent source (docs/sources.md). NVIDIA's pages also list R610 (New Feature Branch, August 2026)
+# and R620 (Long Term Support Branch, September 2029), but no second source was found: they are left out rather than
+# reported as facts.
 BRANCH_LIFECYCLE: dict[int, tuple[str, str | None]] = {
-    535: ("Long Term Support Branch", "2026-06"),
-    570: ("Production Branch", "2026-02"),
     580: ("Long Term Support Branch", "2028-06"),
-    590: ("New Feature Branch", None),
     595: ("Production Branch", "2027-03"),
-    610: ("New Feature Branch", "2026-08"),
-    620: ("Long Term Support Branch", "2029-09"),
 }
 
 # The branch a role installs when nothing else is asked for: R580, NVIDIA's long-term branch (to 2028), and the last

@@ -346,7 +346,7 @@ def test_cuda_13_on_pascal_names_the_last_toolkit():
 
 def test_plan_carries_the_branch_lifecycle():
     assert plan()["lifecycle"] == {"designation": "Long Term Support Branch", "end_of_life": "2028-06"}
-    assert plan({"branch": "620"})["lifecycle"] == {"designation": "Long Term Support Branch", "end_of_life": "2029-09"}
+    assert plan({"branch": "620"})["lifecycle"] is None  # single-sourced: not reported
 
 
 def test_unconfirmed_cuda_minor_is_an_error_not_a_guess():

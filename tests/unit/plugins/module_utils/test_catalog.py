@@ -179,8 +179,8 @@ def test_branches_580_to_620(branch, cuda, expected):
 def test_branch_lifecycle_and_default():
     assert _catalog.branch_lifecycle(580) == {"designation": "Long Term Support Branch", "end_of_life": "2028-06"}
     assert _catalog.branch_lifecycle("595") == {"designation": "Production Branch", "end_of_life": "2027-03"}
-    assert _catalog.branch_lifecycle(620) == {"designation": "Long Term Support Branch", "end_of_life": "2029-09"}
-    assert _catalog.branch_lifecycle(590)["end_of_life"] is None
+    # Single-sourced lifecycles (610, 620) are not reported (docs/sources.md, unconfirmed).
+    assert _catalog.branch_lifecycle(620) is None and _catalog.branch_lifecycle(610) is None
     assert _catalog.branch_lifecycle(123) is None
     assert _catalog.DEFAULT_BRANCH == 580
     # The default drives every architecture the roles support.
