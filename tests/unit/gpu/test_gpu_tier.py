@@ -5,8 +5,8 @@
 """The GPU tier (tests/gpu/run.sh) end to end against the fakes, and proof that each of its comparisons can fail.
 
 * run.sh --no-bundle --fake t4 passes, in seven files;
-* the same run with one field of the fake nvidia-smi, one of the fake NVML and one setting read after the modules
-  changed fails exactly the comparisons those fields feed;
+* the same run with fields of the fake nvidia-smi, the fake NVML and the host tree changed, and one setting changed
+  between the reads before and after the modules, fails exactly the comparisons those fields feed;
 * every check of a clean run fails when the one value it compares is changed in the capture (tier_compare.evaluate
   is a pure function of the capture, so this needs no second run);
 * the guards let through only nvidia-smi's query forms and NVML's getters;
@@ -40,6 +40,8 @@ MUTATIONS = [
     "smi:gpus.0.power_limit_mw=65000",  # the fake nvidia-smi reports 65 W, NVML 70 W
     "nvml:gpus.0.uuid=GPU-00000000-1111-4222-8333-444444444444",  # NVML reports another UUID than nvidia-smi
     "after-smi:gpus.0.persistence_mode=0",  # persistence reads off once the modules have run
+    "host:host.libraries.version=535.0.0",  # libnvidia-ml.so.1 is not the driver nvidia-smi reports
+    "smi:gpus.0.minor_number=5",  # nvidia-smi names /dev/nvidia5, which the host does not have
 ]
 
 
@@ -86,11 +88,13 @@ def test_a_mutated_fake_fails_exactly_the_comparisons_it_feeds(tmp_path):
         "facts.power_limit_w", "backends.power_limit_w", "settings.change_plan",  # 65 W from nvidia-smi, 70 W from NVML
         "facts.uuid", "backends.uuid", "compose.uuids",  # NVML's UUID differs from nvidia-smi's
         "read_only.settings_unchanged",  # persistence changed between the reads before and after
+        "host.library_paths", "host.device_nodes",
     }
     with open(os.path.join(out, gpu_tier.OUTPUTS["summary"]), "r", encoding="utf-8") as handle:
         summary = handle.read()
     assert "facts=70.0 xml=65.0 csv=65.0 nvml=70.0" in summary
     assert "persistence_mode: Enabled -> Disabled" in summary
+    assert "missing /dev/nvidia5" in summary and "resolves to libnvidia-ml.so.535.0.0" in summary
 
 
 # -- every comparison can fail ------------------------------------------------------------------------------------------
