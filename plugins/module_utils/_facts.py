@@ -13,6 +13,7 @@ IOMMU group and NUMA node to every GPU (matched by PCI address) and lists the GP
 from __future__ import annotations
 
 import os
+import re
 import typing as t
 
 from ansible_collections.gpuhost.nvidia.plugins.module_utils import _catalog, _nvml, _pci, _smi
@@ -32,6 +33,28 @@ from ansible_collections.gpuhost.nvidia.plugins.module_utils._common import (
 
 BACKENDS = ("nvml", "nvidia-smi", "pci")
 GATHER = _nvml.GATHER_CHOICES
+# What the kernel names every PCI function in sysfs. The roles write these addresses into modprobe.d and scripts, so
+# an entry under a (test or image) root that is not one is left out of the facts, with a message.
+_CANONICAL_ADDRESS_RE = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+
+
+def _drop_strange_functions(pci: dict[str, t.Any], messages: list[str]) -> None:
+    """Remove PCI functions whose sysfs name is not a PCI address from every list of the scan, naming them."""
+
+    def fine(function: t.Any) -> bool:
+        return isinstance(function, dict) and bool(_CANONICAL_ADDRESS_RE.fullmatch(str(function.get("pci_bus_id"))))
+
+    listed = list(pci["functions"]) + list(pci["display_functions"])
+    listed += [f for group in pci["iommu"].get("groups") or [] for f in group.get("functions") or []]
+    strange = sorted({str(f.get("pci_bus_id")) if isinstance(f, dict) else str(f) for f in listed if not fine(f)})
+    if not strange:
+        return
+    messages.append("PCI sysfs entries that are not PCI addresses were left out: %s" % ", ".join(repr(s) for s in strange))
+    pci["functions"] = [f for f in pci["functions"] if fine(f)]
+    pci["gpus"] = [f for f in pci["gpus"] if fine(f)]
+    pci["display_functions"] = [f for f in pci["display_functions"] if fine(f)]
+    for group in pci["iommu"].get("groups") or []:
+        group["functions"] = [f for f in group.get("functions") or [] if fine(f)]
 
 
 def _pci_only_record(function: dict[str, t.Any], gather: set[str]) -> dict[str, t.Any]:
@@ -107,6 +130,7 @@ def gather_facts(
     messages: list[str] = []
     if not os.path.isdir(os.path.join(root, "sys/bus/pci/devices")):
         messages.append("root %r has no sys/bus/pci/devices, so the PCI scan saw no device there: is sysfs mounted under it?" % root)
+    _drop_strange_functions(pci, messages)
     failures: list[str] = []
     rich: dict[str, t.Any] | None = None
     source = "pci"

@@ -13,6 +13,7 @@ import json
 import re
 import typing as t
 
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _validate
 from ansible_collections.gpuhost.nvidia.plugins.module_utils._validate import PACKAGE_VERSION_RE, bad_character
 
 try:
@@ -42,9 +43,29 @@ def upstream(version: str) -> str:
     return str(version).split(":", 1)[-1].split("-", 1)[0]
 
 
+# Values the role writes into repository files (apt deb822 URIs:, dnf baseurl=, pacman Server =) and that must stay
+# one field: no whitespace, no control character, a scheme a package manager fetches from. Checked when the request
+# holds them (see request_errors).
+_URL = _validate.Text(max_length=2048, pattern=re.compile(r"^(https?|file)://[!-~]+$"), what="an http(s):// or file:// URL")
+_FINGERPRINT = _validate.Text(max_length=128, space=True, pattern=re.compile(r"^[0-9A-Fa-f]{4}( ?[0-9A-Fa-f]{4}){9,15}$"),
+                              what="a key fingerprint of hex digits")
+REQUEST_RULES: dict[str, _validate.Rule] = {
+    "repo_url": _URL,
+    "repo_key_url": _URL,
+    "repo_key_fingerprint": _FINGERPRINT,
+    "runtime_name": _validate.Identifier(_validate.RUNTIME_NAME_RE, "a runtime name such as nvidia (a DNS label)", max_length=63),
+}
+
+
 def request_errors(request: t.Mapping[str, t.Any]) -> list[str]:
-    """Everything wrong with the role's request that is known before the host is asked anything."""
-    errors: list[str] = []
+    """Everything wrong with the role's request that is known before the host is asked anything.
+
+    Besides the choices, the repository URLs, key fingerprint and runtime name are checked when the request holds
+    them (``repo_url``, ``repo_key_url``, ``repo_key_fingerprint``, ``runtime_name``; empty means the default).
+    """
+    errors: list[str] = [
+        "nvidia_container_toolkit_" + e for e in _validate.check({k: request.get(k) or None for k in REQUEST_RULES}, REQUEST_RULES)
+    ]
     version = str(request.get("version") or "")
     # The version is written into an apt preferences file and package specs: nothing but a version may reach them.
     if version and (not version_tuple(version) or bad_character(version) or not PACKAGE_VERSION_RE.fullmatch(version)):

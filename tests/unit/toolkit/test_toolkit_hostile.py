@@ -370,3 +370,25 @@ def test_nvidia_ctk_that_cannot_run_is_refused(run_module, host, kind):
 def test_cdi_odd_facts_do_not_crash(run_module, host, facts):
     result = cdi(run_module, host, facts=facts, nvidia_ctk=host["ctk"], check_mode=True)
     assert result.get("failed") is not True and result["generated"] is True
+
+
+@pytest.mark.parametrize("key, value", [
+    ("repo_url", "https://nvidia.github.io/libnvidia-container/stable/deb/$(ARCH)\nTrusted: yes"),
+    ("repo_url", "https://example.com/repo with space"),
+    ("repo_url", "ftp://example.com/repo"),
+    ("repo_url", "https://ex\u00e4mple.com/"),
+    ("repo_key_url", "https://example.com/key.gpg\r\n"),
+    ("repo_key_fingerprint", "C95B321B61E88C1809C4F759DDCAE044F796ECB0\nx"),
+    ("repo_key_fingerprint", "not-hex"),
+    ("runtime_name", "Nvidia"),
+])
+def test_toolkit_role_repository_values_refused_when_given(key, value):
+    errors = _toolkit.request_errors({key: value})
+    assert errors and errors[0].startswith("nvidia_container_toolkit_%s: %r" % (key, value))
+
+
+def test_toolkit_role_repository_values_accepted():
+    assert _toolkit.request_errors({"repo_url": "https://nvidia.github.io/libnvidia-container/stable/deb/amd64",
+                                    "repo_key_url": "file:///srv/gpuhost-repos/key/public.asc",
+                                    "repo_key_fingerprint": "C95B 321B 61E8 8C18 09C4  F759 DDCA E044 F796 ECB0".replace("  ", " "),
+                                    "runtime_name": "nvidia"}) == []

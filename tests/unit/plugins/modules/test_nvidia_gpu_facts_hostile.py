@@ -49,3 +49,15 @@ def test_root_alias_is_checked_too(run_module, no_pynvml, tmp_path):
     value = str(tmp_path / "gone")
     hostile.assert_refused(run_module(nvidia_gpu_facts, {"sysfs_root": value, "backends": ["pci"]}), "root", value)
     assert not os.path.exists(value)
+
+
+def test_sysfs_entries_that_are_not_pci_addresses_are_left_out(run_module, no_pynvml, tmp_path):
+    import sysfs  # pylint: disable=import-outside-toplevel
+
+    root = str(tmp_path / "root")
+    sysfs.add_function(root, {"pci_bus_id": "0000:01:00.0", "device_id": 0x2204, "class": 0x030000, "driver": "vfio-pci", "iommu_group": 1})
+    sysfs.add_function(root, {"pci_bus_id": "0000:01:00.1;reboot", "device_id": 0x1AEF, "class": 0x040300, "driver": None, "iommu_group": 1})
+    facts = run_module(nvidia_gpu_facts, {"root": root, "backends": ["pci"]})["ansible_facts"]["nvidia_gpu"]
+    assert [f["pci_bus_id"] for f in facts["pci_functions"]] == ["0000:01:00.0"]
+    assert all(f["pci_bus_id"] == "0000:01:00.0" for g in facts["iommu"]["groups"] for f in g["functions"])
+    assert any("'0000:01:00.1;reboot'" in m for m in facts["messages"]), facts["messages"]
