@@ -409,17 +409,17 @@ class Tier:
 
     # -- everything
     def run(self) -> int:
+        """Read the GPUs, run the modules, read the settings again, compare, and write OUTDIR."""
         started = time.monotonic()
         start = time.monotonic()
         rc, xml_text, err = self.smi("-q", "-x")
-        self.record["xml_status"] = "nvidia-smi -q -x exited %d%s" % (rc, ": " + err.strip()[:300] if err.strip() else "")
-        rc, help_text, err = self.smi("--help-query-gpu")
-        available = tc.parse_help_query(help_text)
-        fields = tc.query_fields(available) or list(tc.QUERY_FIELDS)
+        self.record["xml_status"] = _status("nvidia-smi -q -x", rc, err)
+        _rc, help_text, _err = self.smi("--help-query-gpu")
+        fields = tc.query_fields(tc.parse_help_query(help_text)) or list(tc.QUERY_FIELDS)
         self.record["query_fields"] = fields
         rc, csv_text, err = self.csv_query(fields, "before")
-        self.record["csv_status"] = "nvidia-smi --query-gpu exited %d%s" % (rc, ": " + err.strip()[:300] if err.strip() else "")
-        nvml_before = self.nvml("before")
+        self.record["csv_status"] = _status("nvidia-smi --query-gpu", rc, err)
+        nvml = {"before": self.nvml("before")}
         self.timed("capture", start)
 
         start = time.monotonic()
@@ -431,44 +431,29 @@ class Tier:
         self.timed("modules", start)
 
         start = time.monotonic()
-        rc, csv_after, err = self.csv_query(fields, "after")
-        self.record["csv_after"] = csv_after
-        nvml_after = self.nvml("after")
+        _rc, self.record["csv_after"], _err = self.csv_query(fields, "after")
+        nvml["after"] = self.nvml("after")
         self.timed("read_after", start)
 
         facts = {name: results.pop("facts_%s" % key, None) for name, key in (("nvml", "nvml"), ("nvidia-smi", "smi"))}
-        facts["host"] = self.host(tc._facts_of(facts["nvml"]), results)  # pylint: disable=protected-access
+        facts["host"] = self.host(tc.facts_of(facts["nvml"]), results)
         self.record["nvidia_smi_calls"] = [{"argv": c["argv"], "allowed": c["allowed"]} for c in tier_guard.read_log(self.smi_log)]
         self.record["nvml_refused"] = [{"function": c["function"]} for c in tier_guard.read_log(self.nvml_log)]
         self.record["timings"] = self.timings
         plans = {"specs": specs, "results": results, "record": self.record}
-        nvml = {"before": nvml_before, "after": nvml_after}
-        doctor = ((results.get("doctor") or {}).get("result") or {})
-        files = {
-            "xml": xml_text,
-            "csv": csv_text,
-            "nvml": json.dumps(nvml, indent=1, sort_keys=True) + "\n",
-            "facts": json.dumps(facts, indent=1, sort_keys=True, default=str) + "\n",
-            "doctor": (doctor.get("markdown") or "# GPU doctor\n\nThe doctor did not run: %s\n" % doctor.get("msg")).rstrip("\n") + "\n\n```\n"
-            + "\n".join(doctor.get("table") or []) + "\n```\n",
-        }
-        capture = tc.build_capture(xml_text, csv_text, nvml, facts, plans, self.record)
-        checks = tc.evaluate(capture, load_schema(self.args.schema))
+        checks = tc.evaluate(tc.build_capture(xml_text, csv_text, nvml, facts, plans, self.record), load_schema(self.args.schema))
         self.record["duration_s"] = round(time.monotonic() - started, 1)
-        plans["record"]["checks"] = {c["name"]: c["status"] for c in checks}
-        files["plans"] = json.dumps(plans, indent=1, sort_keys=True, default=str) + "\n"
-        os.makedirs(self.out, exist_ok=True)
-        for key, content in files.items():
-            with open(os.path.join(self.out, OUTPUTS[key]), "w", encoding="utf-8") as handle:
-                handle.write(content)
-        header = ["mode: %s%s" % (self.record["mode"], " (mutations: %s)" % ", ".join(self.record["mutations"]) if self.record["mutations"] else ""),
-                  "host: %s (%s, kernel %s, Python %s), started %s" % (self.record["hostname"], self.record["machine"], self.record["kernel"],
-                                                                      self.record["python"], self.record["started"]),
-                  "driver: %s; GPUs: %s" % (xml["driver_version"], ", ".join(sorted({g["name"] or "?" for g in xml["gpus"]})) or "none"),
-                  "time: %.1f s (%s)" % (self.record["duration_s"], ", ".join("%s %.1f s" % item for item in self.timings.items())),
-                  "files: %s" % self.out]
-        summary = tc.summary_text(checks, header)
-        checks.append(limits_check(self.out, len(summary) + 200))
+        self.record["checks"] = {c["name"]: c["status"] for c in checks}
+        self.write(xml_text, csv_text, nvml, facts, plans)
+        header = [
+            "mode: %s%s" % (self.record["mode"], " (mutations: %s)" % ", ".join(self.record["mutations"]) if self.record["mutations"] else ""),
+            "host: %s (%s, kernel %s, Python %s), started %s" % (
+                self.record["hostname"], self.record["machine"], self.record["kernel"], self.record["python"], self.record["started"]),
+            "driver: %s; GPUs: %s" % (xml["driver_version"], ", ".join(sorted({g["name"] or "?" for g in xml["gpus"]})) or "none"),
+            "time: %.1f s (%s)" % (self.record["duration_s"], ", ".join("%s %.1f s" % item for item in self.timings.items())),
+            "files: %s" % self.out,
+        ]
+        checks.append(limits_check(self.out, len(tc.summary_text(checks, header)) + 200))
         summary = tc.summary_text(checks, header)
         with open(os.path.join(self.out, OUTPUTS["summary"]), "w", encoding="utf-8") as handle:
             handle.write(summary)
@@ -478,6 +463,27 @@ class Tier:
         else:
             shutil.rmtree(self.work, ignore_errors=True)
         return 1 if any(c["status"] == tc.FAIL for c in checks) else 0
+
+    def write(self, xml_text: str, csv_text: str, nvml: dict[str, t.Any], facts: dict[str, t.Any], plans: dict[str, t.Any]) -> None:
+        """Every output but the summary: the captures verbatim, the rest as JSON, the doctor's report as Markdown."""
+        doctor = ((plans["results"].get("doctor") or {}).get("result") or {})
+        report = doctor.get("markdown") or "# GPU doctor\n\nThe doctor did not run: %s\n" % doctor.get("msg")
+        files = {
+            "xml": xml_text,
+            "csv": csv_text,
+            "nvml": json.dumps(nvml, indent=1, sort_keys=True) + "\n",
+            "facts": json.dumps(facts, indent=1, sort_keys=True, default=str) + "\n",
+            "plans": json.dumps(plans, indent=1, sort_keys=True, default=str) + "\n",
+            "doctor": report.rstrip("\n") + "\n\n```\n" + "\n".join(doctor.get("table") or []) + "\n```\n",
+        }
+        os.makedirs(self.out, exist_ok=True)
+        for key, content in files.items():
+            with open(os.path.join(self.out, OUTPUTS[key]), "w", encoding="utf-8") as handle:
+                handle.write(content)
+
+
+def _status(command: str, rc: int, err: str) -> str:
+    return "%s exited %d%s" % (command, rc, ": " + err.strip()[:300] if err.strip() else "")
 
 
 def limits_check(out: str, pending_bytes: int = 0) -> dict[str, t.Any]:

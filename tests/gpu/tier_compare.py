@@ -251,11 +251,11 @@ def check(name: str, ok: bool | None, detail: str) -> dict[str, t.Any]:
     return {"name": name, "status": SKIP if ok is None else PASS if ok else FAIL, "detail": detail}
 
 
-def _facts_gpus(facts: dict[str, t.Any]) -> list[dict[str, t.Any]]:
+def rich_gpus(facts: dict[str, t.Any]) -> list[dict[str, t.Any]]:
     return [g for g in facts.get("gpus") or [] if g.get("source") != "pci"]
 
 
-def _facts_of(result: dict[str, t.Any] | None) -> dict[str, t.Any]:
+def facts_of(result: dict[str, t.Any] | None) -> dict[str, t.Any]:
     return (((result or {}).get("result") or {}).get("ansible_facts") or {}).get("nvidia_gpu") or {}
 
 
@@ -320,13 +320,13 @@ def driver_checks(prefix: str, label: str, driver: dict[str, t.Any], capture: di
 
 def check_sources(capture: dict[str, t.Any]) -> list[dict[str, t.Any]]:
     """facts.*: the facts (NVML backend) against nvidia-smi's XML and CSV and NVML read directly."""
-    facts = _facts_of(capture["results"].get("facts_nvml"))
+    facts = facts_of(capture["results"].get("facts_nvml"))
     checks = [
         check("facts.backend_nvml", facts.get("source") == "nvml" and facts.get("state") == "ok",
               "nvidia_gpu_facts(backends=[nvml, pci]): source %s, state %s%s" % (
                   facts.get("source"), facts.get("state"), "; " + "; ".join(facts.get("messages") or []) if facts.get("messages") else "")),
     ]
-    checks += field_checks("facts", "facts", _by_bus(_facts_gpus(facts), "pci_bus_id"), capture)
+    checks += field_checks("facts", "facts", _by_bus(rich_gpus(facts), "pci_bus_id"), capture)
     checks += driver_checks("facts", "facts", facts.get("driver") or {}, capture)
     return checks
 
@@ -339,13 +339,13 @@ BACKEND_FIELDS = (
 
 def check_backends(capture: dict[str, t.Any]) -> list[dict[str, t.Any]]:
     """backends.*: nvidia_gpu_facts through NVML and through nvidia-smi, field by field."""
-    by_nvml = _facts_of(capture["results"].get("facts_nvml"))
-    by_smi = _facts_of(capture["results"].get("facts_smi"))
+    by_nvml = facts_of(capture["results"].get("facts_nvml"))
+    by_smi = facts_of(capture["results"].get("facts_smi"))
     checks = [
         check("backends.nvidia_smi", by_smi.get("source") == "nvidia-smi" and by_smi.get("state") == "ok",
               "nvidia_gpu_facts(backends=[nvidia-smi, pci]): source %s, state %s" % (by_smi.get("source"), by_smi.get("state"))),
     ]
-    a, b = _by_bus(_facts_gpus(by_nvml), "pci_bus_id"), _by_bus(_facts_gpus(by_smi), "pci_bus_id")
+    a, b = _by_bus(rich_gpus(by_nvml), "pci_bus_id"), _by_bus(rich_gpus(by_smi), "pci_bus_id")
     checks.append(check("backends.gpus", sorted(a) == sorted(b) and bool(a), "PCI bus ids: nvml=%s nvidia-smi=%s" % (sorted(a), sorted(b))))
     buses = sorted(set(a) & set(b))
     for field in BACKEND_FIELDS:
@@ -437,7 +437,7 @@ def _module_type(proc_version: str | None, license_tag: str | None) -> tuple[t.A
 
 def check_host(capture: dict[str, t.Any]) -> list[dict[str, t.Any]]:
     """host.*: kernel module, device nodes and library paths in the facts against the host itself and nvidia-smi."""
-    facts = _facts_of(capture["results"].get("facts_nvml"))
+    facts = facts_of(capture["results"].get("facts_nvml"))
     driver = facts.get("driver") or {}
     host = capture["host"]
     xml = capture["xml"]
@@ -542,7 +542,7 @@ def settings_specs(xml: dict[str, t.Any]) -> dict[str, t.Any]:
     return specs
 
 
-def _change_matches(change: dict[str, t.Any], before: t.Any, after: t.Any) -> bool:
+def change_matches(change: dict[str, t.Any], before: t.Any, after: t.Any) -> bool:
     return _same(change.get("before"), before) and _same(change.get("after"), after)
 
 
@@ -567,7 +567,7 @@ def check_settings(capture: dict[str, t.Any]) -> list[dict[str, t.Any]]:
         if sorted(changes) != sorted(spec["expect"]):
             problems.append("planned %s, expected %s" % (sorted(changes), sorted(spec["expect"])))
         for setting, (before, after) in sorted(spec["expect"].items()):
-            if setting in changes and not _change_matches(changes[setting], before, after):
+            if setting in changes and not change_matches(changes[setting], before, after):
                 problems.append("%s: planned %s -> %s, expected %s -> %s (the 'before' is what nvidia-smi reports)" % (
                     setting, _show(changes[setting].get("before")), _show(changes[setting].get("after")), _show(before), _show(after)))
         checks.append(check("settings.change_plan", not problems, "; ".join(problems) or "%s: %s%s" % (
@@ -639,7 +639,7 @@ def check_doctor(capture: dict[str, t.Any]) -> dict[str, t.Any]:
 
 def check_compose(capture: dict[str, t.Any], schema: dict[str, t.Any] | None) -> list[dict[str, t.Any]]:
     results = capture["results"]
-    facts = _facts_of(results.get("facts_nvml"))
+    facts = facts_of(results.get("facts_nvml"))
     uuids = [g["uuid"] for g in capture["xml"]["gpus"]]
     checks = []
     plain = results.get("compose") or {}

@@ -64,7 +64,7 @@ def replay(directory: str) -> None:
     records = {tc.bus_id(g["pci_bus_id"]): g for g in parsed["gpus"]}
     checks = tc.field_checks("parser", "parser", records, capture) + tc.driver_checks("parser", "parser", parsed["driver"], capture)
     assert [c for c in checks if c["status"] == tc.FAIL] == []
-    captured = {tc.bus_id(g["pci_bus_id"]): g for g in tc._facts_gpus(tc._facts_of(capture["results"].get("facts_smi")))}  # pylint: disable=protected-access
+    captured = {tc.bus_id(g["pci_bus_id"]): g for g in tc.rich_gpus(tc.facts_of(capture["results"].get("facts_smi")))}
     assert sorted(captured) == sorted(records)
     for bus, record in records.items():
         for field in PARSER_FIELDS:
@@ -89,7 +89,7 @@ def replay(directory: str) -> None:
         planned = {c["setting"]: [c["before"], c["after"]] for c in plan["changes"]}
         assert sorted(planned) == sorted(specs["change"]["expect"])
         for setting, (before, after) in specs["change"]["expect"].items():
-            assert tc._change_matches({"before": planned[setting][0], "after": planned[setting][1]}, before, after), setting  # pylint: disable=protected-access
+            assert tc.change_matches({"before": planned[setting][0], "after": planned[setting][1]}, before, after), setting
         result = capture["results"]["settings_change"]["result"]
         on_machine = {c["setting"]: [c["before"], c["after"]] for c in result["gpus"][0]["changes"]}
         assert sorted(on_machine) == sorted(planned)

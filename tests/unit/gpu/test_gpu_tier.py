@@ -345,7 +345,10 @@ def test_a_capture_imports_masked_and_replays(clean, tmp_path):
     dest = gpu_tier.import_capture(clean, str(tmp_path), None, "the fake t4 profile (tests/unit/gpu)")
     assert os.path.basename(dest) == "tesla-t4_535.183.01"
     assert sorted(os.listdir(dest)) == sorted(["PROVENANCE.md"] + [gpu_tier.OUTPUTS[k] for k in ("xml", "csv", "nvml", "facts", "plans")])
-    texts = "".join(open(os.path.join(dest, n), "r", encoding="utf-8").read() for n in os.listdir(dest))  # pylint: disable=consider-using-with
+    texts = ""
+    for name in os.listdir(dest):
+        with open(os.path.join(dest, name), "r", encoding="utf-8") as handle:
+            texts += handle.read()
     assert "GPU-3e4f5a6b-3333-4444-8555-666677778888" not in texts
     assert "GPU-00000000-0000-4000-8000-000000000000" in texts
     with open(os.path.join(dest, "PROVENANCE.md"), "r", encoding="utf-8") as handle:
@@ -359,4 +362,5 @@ def test_a_capture_imports_masked_and_replays(clean, tmp_path):
 def test_the_check_command_runs_the_comparisons_again(clean):
     proc = subprocess.run([sys.executable, os.path.join(TIER, "gpu_tier.py"), "check", clean], capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert json.loads(open(os.path.join(clean, "plans.json"), encoding="utf-8").read())["record"]["mode"] == "fake profile t4"  # pylint: disable=consider-using-with
+    with open(os.path.join(clean, gpu_tier.OUTPUTS["plans"]), "r", encoding="utf-8") as handle:
+        assert json.load(handle)["record"]["mode"] == "fake profile t4"
