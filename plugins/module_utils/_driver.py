@@ -571,7 +571,8 @@ def resolve_packages(plan_result: Mapping[str, t.Any], table: Mapping[str, t.Any
     ``{kernel_flavour}``.
 
     Returns the same keys, resolved, plus ``hold``: every exact name the branch pin must cover (both flavours, the
-    desktop set and the settings userland too, so the pin does not change when a toggle does), sorted.
+    desktop set and the settings userland too, so the pin does not change when a toggle does), sorted. NVLSM is not
+    held: its versions do not follow the driver's, and dnf versionlock would exclude every one of them.
     """
     table = dict(table or {})
     branch = plan_result.get("branch")
@@ -596,7 +597,7 @@ def resolve_packages(plan_result: Mapping[str, t.Any], table: Mapping[str, t.Any
             value = _names(value)
         resolved[key] = value
     hold = set(_names(resolved["module"]) + _names(resolved["desktop"]))
-    for key in ("userspace", "fabric_manager", "nvlsm", "settings", "pin"):
+    for key in ("userspace", "fabric_manager", "settings", "pin"):
         hold.update(resolved[key])
     resolved["hold"] = sorted(n for n in hold if n)
     resolved["errors"] = sorted(

@@ -384,7 +384,7 @@ def test_packages_follow_the_branch():
     assert p580["module"] == {"open": ["nvidia-dkms-580-open"], "proprietary": ["nvidia-dkms-580"]}
     assert (p580["fabric_manager"], p580["pinning"], p580["errors"]) == (["nvidia-fabricmanager"], "", [])
     assert p580["hold"] == sorted(["nvidia-dkms-580-open", "nvidia-dkms-580", "libnvidia-compute-580", "nvidia-utils-580", "nvidia-driver-580-open",
-                                   "cuda-drivers-580", "nvidia-fabricmanager", "nvlsm", "nvidia-compute-utils-580"])
+                                   "cuda-drivers-580", "nvidia-fabricmanager", "nvidia-compute-utils-580"])  # not nvlsm
     p595 = _driver.resolve_packages({"branch": 595, "version": None}, UBUNTU_NVIDIA_TABLE)
     assert (p595["module"]["open"], p595["userspace"], p595["pinning"]) == (["nvidia-dkms-open"], ["libnvidia-compute", "nvidia-utils"],
                                                                            "nvidia-driver-pinning-595")
