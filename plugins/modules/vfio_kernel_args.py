@@ -57,8 +57,8 @@ options:
   args:
     description:
       - The arguments to ensure (O(state=present)), each a whole token such as V(intel_iommu=on).
-      - Each argument is printable ASCII of letters, digits and C(_ . , : / = + @ % -) only, starts with a parameter
-        name and is at most 1024 characters long. Whitespace, quotes, C($), backticks, backslashes, C(;) and every
+      - Each argument is printable ASCII of letters, digits, C(_), C(.), C(,), C(:), C(/), C(=), C(+), C(@), C(%) and
+        C(-) only, starts with a parameter name and is at most 1024 characters long. Whitespace, quotes, C($), backticks, backslashes, C(;) and every
         other shell metacharacter are refused, naming the argument, because grub-mkconfig runs the file as shell.
         Give two arguments as two list items.
     type: list
