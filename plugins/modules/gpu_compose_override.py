@@ -65,7 +65,7 @@ options:
       count:
         description:
           - How many GPUs. A number from 1 to 64 (no host has more), or V(all).
-          - With O(services[].driver=cdi) and O(strategy=explicit) only V(all): CDI names devices and has no count.
+          - With O(services[].driver=cdi) and O(strategy=explicit) only V(all), because CDI names devices and has no count.
           - With O(strategy=explicit) and neither O(services[].count) nor O(services[].device_ids), the service gets
             V(all) GPUs. With the other strategies the default is V(1).
           - Mutually exclusive with O(services[].device_ids).
