@@ -240,7 +240,7 @@ class Tier:
         return self.smi("--query-gpu=%s" % ",".join(fields), "--format=csv,nounits", phase=phase)
 
     # -- the playbook
-    def playbook(self, specs: dict[str, t.Any], gpu_count: int, engine: str | None) -> dict[str, t.Any]:
+    def playbook(self, specs: dict[str, t.Any], device_ids: list[t.Any], engine: str | None) -> dict[str, t.Any]:
         facts = "{{ facts_nvml.ansible_facts.nvidia_gpu }}"
         state_path = os.path.join(self.work, "run", "nvidia_smi_settings.json")
         compose_dir = os.path.join(self.work, "compose")
@@ -264,10 +264,10 @@ class Tier:
             step("doctor", "gpuhost.nvidia.nvidia_gpu_doctor", {"facts": facts, "root": self.root}),
             step("compose", "gpuhost.nvidia.gpu_compose_override", {
                 "path": os.path.join(compose_dir, "docker-compose.gpu.yml"), "facts": facts,
-                "services": [{"name": "gpu-all", "device_ids": list(range(gpu_count))}]}, check_mode=True),
+                "services": [{"name": "gpu-all", "device_ids": device_ids}]}, check_mode=True),
             step("compose_vm", "gpuhost.nvidia.gpu_compose_override", {
                 "path": os.path.join(compose_dir, "docker-compose.vm.yml"), "facts": facts, "vm_mode": True,
-                "services": [{"name": "gpu-vm", "device_ids": [0]}]}, check_mode=True),
+                "services": [{"name": "gpu-vm", "device_ids": device_ids[:1]}]}, check_mode=True),
         ]
         if engine:
             tasks.append(step("container", "gpuhost.nvidia.gpu_container_check", {
@@ -427,7 +427,7 @@ class Tier:
         specs = tc.settings_specs(xml)
         engine, note = self.engine()
         self.record.update(container_engine=engine, container_engine_note=note)
-        results = self.playbook(specs, len(xml["gpus"]), engine)
+        results = self.playbook(specs, tc.compose_device_ids(xml), engine)
         self.timed("modules", start)
 
         start = time.monotonic()

@@ -76,7 +76,7 @@ def mode(value: str | None) -> str | None:
 
 def bus_id(value: str | None) -> str | None:
     """``00000000:18:00.0`` (NVML, nvidia-smi) and ``0000:18:00.0`` (sysfs, facts) -> ``0000:18:00.0``."""
-    text = clean(value)
+    text = clean(value) if isinstance(value, str) else None
     match = re.match(r"^([0-9a-fA-F]+):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$", text or "")
     if not match:
         return None
@@ -144,9 +144,9 @@ def parse_xml(text: str) -> dict[str, t.Any]:
 def parse_csv(text: str) -> list[dict[str, str | None]]:
     """``--query-gpu=... --format=csv[,nounits]`` -> one dict per GPU, keyed by field name without the unit."""
     rows = list(csv.reader(io.StringIO(text), skipinitialspace=True))
-    if not rows:
+    header = [re.sub(r"\s*\[.*\]$", "", name.strip()) for name in rows[0]] if rows else []
+    if not header or not set(header) <= set(QUERY_FIELDS):  # an error message, not the CSV asked for
         return []
-    header = [re.sub(r"\s*\[.*\]$", "", name.strip()) for name in rows[0]]
     return [{name: clean(value) for name, value in zip(header, row)} for row in rows[1:] if row]
 
 
@@ -637,17 +637,45 @@ def check_doctor(capture: dict[str, t.Any]) -> dict[str, t.Any]:
         out.get("status"), _show(out.get("counts")), loaded.get("status"), loaded.get("evidence") or out.get("msg") or ""))
 
 
+def _mig_on(gpu: dict[str, t.Any]) -> bool:
+    return bool(gpu["mig"]["current"] and gpu["mig_devices"])
+
+
+def compose_device_ids(xml: dict[str, t.Any]) -> list[t.Any]:
+    """Every GPU by index, or, for a GPU with MIG on (which the override refuses whole), each of its MIG devices."""
+    ids: list[t.Any] = []
+    for index, gpu in enumerate(xml["gpus"]):
+        ids += ["%d:%d" % (index, k) for k in range(len(gpu["mig_devices"]))] if _mig_on(gpu) else [index]
+    return ids
+
+
+def _expected_uuids(xml: dict[str, t.Any], facts: dict[str, t.Any]) -> list[str | None]:
+    """nvidia-smi's GPU UUIDs, and for MIG devices (whose UUIDs older nvidia-smi XML lacks) the facts' MIG UUIDs."""
+    by_bus = _by_bus(rich_gpus(facts), "pci_bus_id")
+    expected: list[str | None] = []
+    for gpu in xml["gpus"]:
+        if not _mig_on(gpu):
+            expected.append(gpu["uuid"])
+            continue
+        migs = (by_bus.get(gpu["bus_id"]) or {}).get("mig_devices") or []
+        if len(migs) == len(gpu["mig_devices"]):
+            expected += [m.get("uuid") for m in migs]
+        else:
+            expected.append("(%d MIG devices in nvidia-smi, %d in the facts)" % (len(gpu["mig_devices"]), len(migs)))
+    return expected
+
+
 def check_compose(capture: dict[str, t.Any], schema: dict[str, t.Any] | None) -> list[dict[str, t.Any]]:
     results = capture["results"]
     facts = facts_of(results.get("facts_nvml"))
-    uuids = [g["uuid"] for g in capture["xml"]["gpus"]]
+    uuids = _expected_uuids(capture["xml"], facts)
     checks = []
     plain = results.get("compose") or {}
     document = (plain.get("result") or {}).get("document") or {}
     service = (document.get("services") or {}).get("gpu-all") or {}
     devices = (((service.get("deploy") or {}).get("resources") or {}).get("reservations") or {}).get("devices") or [{}]
     written = devices[0].get("device_ids")
-    checks.append(check("compose.uuids", plain.get("status") == "ok" and written == uuids, "device_ids %s; nvidia-smi's UUIDs %s%s" % (
+    checks.append(check("compose.uuids", plain.get("status") == "ok" and written == uuids, "device_ids %s; expected %s%s" % (
         written, uuids, "" if plain.get("status") == "ok" else "; " + str((plain.get("result") or {}).get("msg")))))
     vm = results.get("compose_vm") or {}
     vm_doc = (vm.get("result") or {}).get("document") or {}

@@ -30,6 +30,7 @@ if FAKES not in sys.path:
 
 import yaml  # noqa: E402  pylint: disable=wrong-import-position
 
+import fake_nvidia_smi  # noqa: E402  pylint: disable=wrong-import-position,import-error
 import fake_pynvml  # noqa: E402  pylint: disable=wrong-import-position,import-error
 import smi_xml  # noqa: E402  pylint: disable=wrong-import-position,import-error
 import sysfs  # noqa: E402  pylint: disable=wrong-import-position,import-error
@@ -263,12 +264,28 @@ def _clock_xml(gpu: dict[str, t.Any]) -> str:
     return text + "\t\t</supported_clocks>\n"
 
 
+def _mig_xml(gpu: dict[str, t.Any]) -> str:
+    """``<mig_devices>`` as the driver prints it while MIG is on: one ``<mig_device>`` per compute instance."""
+    devices = [(gi, ci) for gi in sorted(gpu.get("gpu_instances") or [], key=lambda g: g["id"])
+               for ci in sorted(gi.get("compute_instances") or [], key=lambda c: c["id"])]
+    if not (gpu.get("mig") or [0])[0] or not devices:
+        return "\t\t<mig_devices>\n\t\t\tNone\n\t\t</mig_devices>\n"
+    text = "\t\t<mig_devices>\n"
+    for index, (gi, ci) in enumerate(devices):
+        text += ("\t\t\t<mig_device>\n\t\t\t\t<index>%d</index>\n\t\t\t\t<gpu_instance_id>%d</gpu_instance_id>\n"
+                 "\t\t\t\t<compute_instance_id>%d</compute_instance_id>\n\t\t\t\t<fb_memory_usage>\n"
+                 "\t\t\t\t\t<total>%d MiB</total>\n\t\t\t\t</fb_memory_usage>\n\t\t\t</mig_device>\n") % (
+            index, gi["id"], ci["id"], gi["memory_mib"])
+    return text + "\t\t</mig_devices>\n"
+
+
 def render_xml(profile: dict[str, t.Any]) -> str:
-    """smi_xml's ``nvidia-smi -q -x`` with the minor numbers and the clock sections of each GPU added."""
+    """smi_xml's ``nvidia-smi -q -x`` with each GPU's clock sections and, while MIG is on, its MIG devices added."""
     text = smi_xml.render(profile)
     chunks = text.split('\t<gpu id="')
     for position, gpu in enumerate(_visible(profile), start=1):
-        chunks[position] = chunks[position].replace("\t\t<processes>", _clock_xml(gpu) + "\t\t<processes>", 1)
+        chunk = chunks[position].replace("\t\t<mig_devices>\n\t\t\tNone\n\t\t</mig_devices>\n", _mig_xml(gpu), 1)
+        chunks[position] = chunk.replace("\t\t<processes>", _clock_xml(gpu) + "\t\t<processes>", 1)
     return '\t<gpu id="'.join(chunks)
 
 
@@ -298,8 +315,23 @@ def query_gpu(profile: dict[str, t.Any], fields: list[str], fmt: str) -> tuple[i
     return 0, "\n".join(lines) + "\n"
 
 
+# NVML's init error in a profile -> what the real nvidia-smi prints and exits with then (fake_nvidia_smi.SCENARIOS).
+_INIT_SCENARIOS = {
+    "DriverNotLoaded": "driver_not_loaded",
+    "LibraryNotFound": "library_not_found",
+    "NoPermission": "no_permission",
+    "LibRmVersionMismatch": "version_mismatch",
+}
+
+
 def smi_main(args: list[str]) -> int:
     profile = _phase_profile("GPU_TIER_FAKE_SMI")
+    init_error = (profile.get("nvml") or {}).get("init_error")
+    if init_error:
+        rc, out, err = fake_nvidia_smi.SCENARIOS[_INIT_SCENARIOS.get(init_error, "unknown_error")]
+        sys.stdout.write(out)
+        sys.stderr.write(err)
+        return rc
     if args == ["-q", "-x"]:
         sys.stdout.write(render_xml(profile))
         return 0
