@@ -635,6 +635,9 @@ def build(request: dict[str, t.Any], facts: dict[str, t.Any] | None) -> Plan:
         errors.append("cdi_kind %r is not a CDI kind such as nvidia.com/gpu" % cdi_kind)
     if not services:
         errors.append("no services given")
+    elif len(services) > 256:
+        errors.append("services: %d services in one override; at most 256" % len(services))
+        raise ComposeError("; ".join(errors))
     seen: set[str] = set()
     for svc in services:
         _validate_service(svc, strategy, errors)
