@@ -45,9 +45,9 @@ MUTATIONS = [
 ]
 
 
-def run_tier(out: str, *extra: str) -> subprocess.CompletedProcess[str]:
+def run_tier(out: str, *extra: str, profile: str = "t4") -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANSIBLE_", "GPU_TIER_"))}
-    command = [os.path.join(TIER, "run.sh"), "--no-bundle", "--python", sys.executable, "--fake", "t4"]
+    command = [os.path.join(TIER, "run.sh"), "--no-bundle", "--python", sys.executable, "--fake", profile]
     for spec in extra:
         command += ["--mutate", spec]
     return subprocess.run(command + [out], env=env, capture_output=True, text=True, check=False, timeout=300)
@@ -76,6 +76,15 @@ def test_the_tier_passes_against_the_fakes_in_seven_files(clean):
     # Every GPU setting the comparisons need was read by every source.
     for name in ("facts.power_limit_w", "facts.uuid", "clocks.applications", "backends.power_limit_w", "settings.change_plan"):
         assert found[name] == tc.PASS
+
+
+def test_the_tier_passes_on_a_gpu_with_mig_on(tmp_path):
+    out = str(tmp_path / "out")
+    proc = run_tier(out, profile="a100_mig")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    found = statuses(out)
+    assert found["backends.mig_devices"] == found["compose.uuids"] == found["compose.vm_mode"] == tc.PASS
+    assert found["settings.mig_on_non_mig_gpu"] == tc.SKIP  # the only GPU supports MIG
 
 
 def test_a_mutated_fake_fails_exactly_the_comparisons_it_feeds(tmp_path):
