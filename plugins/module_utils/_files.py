@@ -114,7 +114,7 @@ def _check_ancestors(path: str, what: str) -> None:
             current = parent
             continue
         except OSError as exc:
-            raise FileError(what, path, "sits under %r, which %s" % (current, _os_problem(exc)[3:])) from None
+            raise FileError(what, path, "sits under %r, which %s" % (current, _os_problem(exc))) from None
         if not stat.S_ISDIR(st.st_mode):
             raise FileError(what, path, "sits under %r, which is %s, not a directory" % (current, _kind(st.st_mode)))
         return
