@@ -43,5 +43,13 @@ fi
 echo "[deps] apt-get install ${need[*]}"
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
-apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+# A configuration file the machine already has (an admin's, or podman's network set up beforehand) is kept.
+log=$(mktemp)
+if ! apt-get install -y -qq --no-install-recommends -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold \
+        "${need[@]}" >"$log" 2>&1; then
+    tail -n 30 "$log" >&2
+    rm -f "$log"
+    exit 1
+fi
+rm -f "$log"
 echo "[deps] installed ${#need[@]} packages"
