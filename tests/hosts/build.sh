@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build (or reuse) the podman test hosts.
-#   tests/hosts/build.sh [debian12|rocky9|arch ...]
+#   tests/hosts/build.sh [debian12|debian13|rocky9|arch ...]
 #   tests/hosts/build.sh --bare      the bare debootstrap image only (printed tag)
 # Each image is tagged localhost/gpuhost-<name>:<key>, where <key> hashes the builder's files,
 # and re-tagged :latest. An image whose key already exists is reused, so a second run costs
@@ -33,22 +33,25 @@ debian_mirror() {
 
 # Images built on top of another one (emulated distros on the Debian 12 host).
 declare -A PARENT=([rocky9]=debian12 [arch]=debian12)
+# Images that share another image's files without being built on it (debian13 copies debian12's zipimport cache).
+declare -A SHARES=([debian13]=debian12)
 
 content_key() {
     # Everything that shapes the image: this script, the image's directory and its parent's.
     local dirs=("$1")
     [[ -n "${PARENT[$1]:-}" ]] && dirs+=("${PARENT[$1]}")
+    [[ -n "${SHARES[$1]:-}" ]] && dirs+=("${SHARES[$1]}")
     (cd "$here" && find build.sh "${dirs[@]}" -type f -print0 | sort -z | xargs -0 sha256sum) | sha256sum | cut -c1-12
 }
 
 build_base() {
-    local tag="$1" mirror="$2" rootfs
+    local tag="$1" mirror="$2" suite="${3:-bookworm}" rootfs
     if podman image exists "$tag"; then
         return
     fi
     rootfs=$(mktemp -d /var/tmp/gpuhost-rootfs.XXXXXX)
-    log "debootstrap bookworm (minbase) from $mirror"
-    debootstrap --variant=minbase bookworm "$rootfs" "$mirror" >/dev/null
+    log "debootstrap $suite (minbase) from $mirror"
+    debootstrap --variant=minbase "$suite" "$rootfs" "$mirror" >/dev/null
     tar -C "$rootfs" -c . | podman import --quiet - "$tag" >/dev/null
     rm -rf "$rootfs"
 }
@@ -67,6 +70,16 @@ build_debian12() {
     log "building localhost/gpuhost-debian12:$key"
     podman build --quiet --build-arg "BASE=$base" --build-arg "MIRROR=$mirror" \
         -t "localhost/gpuhost-debian12:$key" "$here/debian12" >/dev/null
+}
+
+build_debian13() {
+    local key="$1" mirror base
+    mirror=$(debian_mirror)
+    base="localhost/gpuhost-trixie-base:$(sha256sum "$here/build.sh" | cut -c1-12)"
+    build_base "$base" "$mirror" trixie
+    log "building localhost/gpuhost-debian13:$key"
+    podman build --quiet --build-arg "BASE=$base" --build-arg "MIRROR=$mirror" \
+        -t "localhost/gpuhost-debian13:$key" -f "$here/debian13/Containerfile" "$here" >/dev/null
 }
 
 # rocky9, arch: FROM the parent image built (or reused) for the same checkout.
@@ -109,7 +122,7 @@ main() {
         return
     fi
     for name in "${@:-debian12}"; do
-        [[ -d "$here/$name" && -f "$here/$name/Containerfile" ]] || { log "unknown test host '$name' (have: debian12 rocky9 arch)"; exit 2; }
+        [[ -d "$here/$name" && -f "$here/$name/Containerfile" ]] || { log "unknown test host '$name' (have: debian12 debian13 rocky9 arch)"; exit 2; }
         build_one "$name"
     done
 }
