@@ -21,7 +21,7 @@ DISTRO ?=
 UPSTREAM ?= 0
 SCENARIOS ?=
 
-.PHONY: help venv deps images repos unit sanity lint changelog-lint build molecule test demo rehearsal clean
+.PHONY: help venv deps images repos unit sanity lint changelog-lint build molecule test demo rehearsal gpu-bundle gpu clean
 
 help:
 	@sed -n '2,7p' Makefile
@@ -81,6 +81,14 @@ rehearsal: deps
 
 demo: venv images repos
 	UPSTREAM=$(UPSTREAM) tests/demo/run.sh
+
+# The GPU tier (tests/gpu/README.md): gpu-bundle prepares wheels + tarball for a machine without network;
+# `make gpu OUT=DIR` runs the read-only tier on this machine's NVIDIA GPUs from that bundle.
+gpu-bundle: venv
+	tests/gpu/bundle.sh
+
+gpu:
+	tests/gpu/run.sh $(or $(OUT),tests/output/gpu)
 
 clean:
 	rm -rf $(VENV) .cache tests/output gpuhost-nvidia-*.tar.gz
