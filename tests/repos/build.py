@@ -43,6 +43,11 @@ FILE_DEST = {
     "nvidia-persistenced": "usr/bin/nvidia-persistenced",
     "nvidia-persistenced.service": "usr/lib/systemd/system/nvidia-persistenced.service",
     "nvidia-fabricmanager.service": "usr/lib/systemd/system/nvidia-fabricmanager.service",
+    # gpu_exporter (#22): DCGM's host engine and exporter, nvidia_gpu_exporter's release tarball (top-level binary)
+    "dcgm-exporter": "usr/bin/dcgm-exporter",
+    "nv-hostengine": "usr/bin/nv-hostengine",
+    "nvidia-dcgm.service": "usr/lib/systemd/system/nvidia-dcgm.service",
+    "nvidia_gpu_exporter": "nvidia_gpu_exporter",
 }
 KEY_UID = "gpuhost.nvidia test repositories (throwaway key, tests only) <test@gpuhost.invalid>"
 
@@ -91,7 +96,7 @@ def stage_files(root: Path, spec: dict) -> None:
         dest = root / FILE_DEST[name]
         dest.parent.mkdir(parents=True, exist_ok=True)
         dest.write_text((HERE / "files" / name).read_text().replace("@VERSION@", spec["version"].split("-")[0]))
-        dest.chmod(0o755 if "/bin/" in FILE_DEST[name] else 0o644)
+        dest.chmod(0o755 if "/bin/" in FILE_DEST[name] or "/" not in FILE_DEST[name] else 0o644)
 
 
 # --- keys -------------------------------------------------------------------------------
@@ -214,6 +219,20 @@ def build_pacman(out: Path, specs: list[dict], home: Path, fpr: str) -> None:
         env={**os.environ, "GNUPGHOME": str(home)})
 
 
+def build_tarballs(out: Path, specs: list[dict]) -> None:
+    """Release tarballs (like a GitHub release: the binary at the top level) and their checksums.txt."""
+    out.mkdir(parents=True)
+    sums = []
+    for spec in specs:
+        with tempfile.TemporaryDirectory() as tmp:
+            root = Path(tmp)
+            stage_files(root, spec)
+            name = f"{spec['name']}_{spec['version']}_linux_x86_64.tar.gz"
+            run(["tar", "--owner=0", "--group=0", "--mtime=@0", "-czf", str(out / name), "-C", str(root), "."])
+            sums.append(f"{hashlib.sha256((out / name).read_bytes()).hexdigest()}  {name}")
+    (out / "checksums.txt").write_text("\n".join(sums) + "\n")
+
+
 def tampered_copy(repo: Path, dest: Path, victim_glob: str) -> None:
     """Copy a signed repository, then flip bytes in one package's payload.
 
@@ -239,6 +258,7 @@ def build(out: Path) -> None:
     build_rpm_repo(out / "rpm" / "libnvidia-container", packages(rpm["libnvidia-container"], tk), home, fpr)
     build_rpm_repo(out / "rpm" / "cuda-rhel9", packages(rpm["cuda-rhel9"], tk), home, fpr, rpm.get("modules"))
     build_pacman(out / "pacman", packages(manifest["pacman"], tk), home, fpr)
+    build_tarballs(out / "tarballs", manifest.get("tarballs", []))
     tampered_copy(out / "apt", out / "tampered" / "apt", "libnvidia-container1_1.18.0-1_*.deb")
     tampered_copy(out / "rpm" / "libnvidia-container", out / "tampered" / "rpm", "libnvidia-container1-1.18.0-1.*.rpm")
     tampered_copy(out / "pacman", out / "tampered" / "pacman", "libnvidia-container-1.17.8-1-*.pkg.tar.zst")
