@@ -18,7 +18,7 @@ import re
 import typing as t
 from collections.abc import Mapping, Sequence
 
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _catalog
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _catalog, _validate
 from ansible_collections.gpuhost.nvidia.plugins.module_utils._common import normalize_bus_id, version_tuple
 
 FLAVOURS = ("auto", "open", "proprietary")
@@ -36,7 +36,40 @@ FIRST_BRANCH: dict[str, int] = {"Hopper": 525, "Ada Lovelace": 525, "Blackwell":
 NVLSM_FIRST_BRANCH = 570
 NVLSM_ARCHITECTURES = ("Blackwell",)
 
-_VERSION_RE = re.compile(r"^(\d{3})\.\d{1,3}(?:\.\d{1,3})?$")
+# Matched with fullmatch only: "$" would also match before a trailing newline, and the version reaches an apt
+# preferences file (Pin: version), a dnf versionlock line and package specs. ASCII digits only (\d takes any
+# script's digits).
+_VERSION_RE = re.compile(r"([0-9]{3})\.[0-9]{1,3}(?:\.[0-9]{1,3})?")
+# A PCI address as normalize_bus_id writes it (dddd:bb:dd.f): the only form that reaches the modprobe.d comment.
+PCI_ADDRESS_RE = re.compile(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
+
+# Values the role writes into repository files (apt deb822 URIs:, dnf baseurl=, pacman Server =, the pacman section
+# name) and key checks: each must stay one field of one line. No whitespace, no control character (a newline could add
+# "SigLevel = Never" to pacman.conf or a field to an apt .sources file), a scheme the package managers fetch from.
+# apt also takes file:/path (one slash), as its own documentation writes it.
+_URL = _validate.Text(max_length=2048, pattern=re.compile(r"(https?://|file:/)[!-~]+"), what="an http(s):// or file:// URL")
+_FINGERPRINT = _validate.Text(max_length=128, space=True, pattern=re.compile(r"[0-9A-Fa-f]{4}( {0,2}[0-9A-Fa-f]{4}){9,15}"),
+                              what="a key fingerprint of hex digits (gpg's spacing allowed)")
+# A pacman repository name: the section header [name] and the database file name.db. "options" is pacman.conf's own
+# section and "local" names the database of installed packages.
+PACMAN_REPO_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+REQUEST_RULES: dict[str, _validate.Rule] = {
+    "repo_url": _URL,
+    "repo_key_url": _URL,
+    "repo_key_fingerprint": _FINGERPRINT,
+    "epel_repo_url": _URL,
+    "epel_repo_key_url": _URL,
+    "epel_repo_key_fingerprint": _FINGERPRINT,
+    "pacman_repo_name": _validate.Identifier(PACMAN_REPO_NAME_RE, "a pacman repository name of letters, digits, '_', '.' and '-'",
+                                             max_length=64, reserved=("options", "local")),
+}
+
+
+def request_errors(request: Mapping[str, t.Any]) -> list[str]:
+    """Errors of the request's repository values (URLs, key fingerprints, the pacman repository name), each named as
+    its role variable. An empty or missing value means the default and is not checked."""
+    values = {k: (None if request.get(k) in (None, "") else request.get(k)) for k in REQUEST_RULES}
+    return ["nvidia_driver_" + e for e in _validate.check(values, REQUEST_RULES)]
 
 
 def _as_list(value: t.Any) -> list[t.Any]:
@@ -113,7 +146,8 @@ def plan(
     """Decide what the role installs, or why it must not.
 
     request: source, flavour, branch, version, cuda_version, cuda_minor_version_compatibility, passthrough_pci_addresses,
-        passthrough_policy, fabric_manager, nvlsm, secure_boot_mok, force, require_headers, reboot.
+        passthrough_policy, fabric_manager, nvlsm, secure_boot_mok, force, require_headers, reboot; the repository
+        values written into files (repo_url, repo_key_url, repo_key_fingerprint, epel_*, pacman_repo_name: REQUEST_RULES).
     facts: ansible_facts.nvidia_gpu (may be empty).
     host: distribution, distribution_major_version, connection, secure_boot (True/False/None), headers_present,
         runfile_install (list of paths found), installed_packages (names), foreign_repo_files (paths).
@@ -147,6 +181,8 @@ def plan(
         "errors": errors,
     }
 
+    # Values written into repository files are checked first, whatever the host: a bad one is never written.
+    errors.extend(request_errors(request))
     gpus = _gpus(facts)
     present = bool(facts.get("present")) or bool(gpus)
     force = bool(request.get("force"))
@@ -181,7 +217,7 @@ def plan(
         )
         branch = None
     if version is not None:
-        match = _VERSION_RE.match(version)
+        match = _VERSION_RE.fullmatch(version)
         if not match:
             errors.append("nvidia_driver_version must be a full driver version such as 580.65.06, got %r" % version)
             version = None
@@ -243,7 +279,7 @@ def plan(
 
     # GPUs, passthrough.
     passthrough = {normalize_bus_id(a) or str(a) for a in _as_list(request.get("passthrough_pci_addresses"))}
-    for addr in sorted(a for a in passthrough if not re.match(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$", a)):
+    for addr in sorted(a for a in passthrough if not PCI_ADDRESS_RE.fullmatch(a)):
         errors.append("nvidia_driver_passthrough_pci_addresses: %r is not a PCI address (dddd:bb:dd.f)" % addr)
     driven: list[dict[str, t.Any]] = []
     excluded: list[dict[str, t.Any]] = []
@@ -254,6 +290,14 @@ def plan(
             excluded.append(gpu)
         else:
             driven.append(gpu)
+    # The excluded addresses are written into a modprobe.d comment: only canonical PCI addresses may get there.
+    unaddressed = [g for g in excluded if not PCI_ADDRESS_RE.fullmatch(str(g.get("pci_bus_id") or ""))]
+    if unaddressed:
+        errors.append(
+            "the GPU facts list %d GPU(s) meant for passthrough without a PCI address (dddd:bb:dd.f) to keep them on "
+            "vfio-pci by: gather ansible_facts.nvidia_gpu with gpuhost.nvidia.nvidia_gpu_facts" % len(unaddressed)
+        )
+        excluded = [g for g in excluded if g not in unaddressed]
     if excluded:
         desc = ", ".join(
             "%s (bound to %s%s)"
@@ -279,7 +323,8 @@ def plan(
         result["skip_reason"] = "every NVIDIA GPU on this host is meant for passthrough (%s): nothing for the nvidia driver to drive" % ", ".join(
             str(g.get("pci_bus_id")) for g in excluded
         )
-        result["errors"] = []
+        # Only the input errors stand: passthrough GPUs are what this host is for.
+        result["errors"] = request_errors(request) + [e for e in errors if e.startswith("the GPU facts list")]
         return result
 
     arch_by_gpu = [(g.get("pci_bus_id"), gpu_architecture(g)) for g in driven]
@@ -497,7 +542,7 @@ def check_candidate(plan_result: Mapping[str, t.Any], candidates: t.Any, request
     ``candidates`` is one version or a list of them, as the package manager prints them (epoch and revision included).
     """
     where = " from %s" % source_label if source_label else ""
-    offered = sorted({u for u in (_upstream(c) for c in _as_list(candidates)) if _VERSION_RE.match(u)}, key=version_tuple, reverse=True)
+    offered = sorted({u for u in (_upstream(c) for c in _as_list(candidates)) if _VERSION_RE.fullmatch(u)}, key=version_tuple, reverse=True)
     if not offered:
         return ["no installable NVIDIA driver package%s: is the repository configured and enabled?" % where]
     fitting = offered
