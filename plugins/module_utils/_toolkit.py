@@ -46,7 +46,8 @@ def upstream(version: str) -> str:
 # Values the role writes into repository files (apt deb822 URIs:, dnf baseurl=, pacman Server =) and that must stay
 # one field: no whitespace, no control character, a scheme a package manager fetches from. Checked when the request
 # holds them (see request_errors).
-_URL = _validate.Text(max_length=2048, pattern=re.compile(r"^(https?|file)://[!-~]+$"), what="an http(s):// or file:// URL")
+# apt also takes file:/path (one slash), as its documentation writes it (the test and demo mirrors use it).
+_URL = _validate.Text(max_length=2048, pattern=re.compile(r"^(https?://|file:/)[!-~]+$"), what="an http(s):// or file:// URL")
 _FINGERPRINT = _validate.Text(max_length=128, space=True, pattern=re.compile(r"^[0-9A-Fa-f]{4}( ?[0-9A-Fa-f]{4}){9,15}$"),
                               what="a key fingerprint of hex digits")
 REQUEST_RULES: dict[str, _validate.Rule] = {
