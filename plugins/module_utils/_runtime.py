@@ -29,8 +29,9 @@ except ImportError:  # pragma: no cover - older Pythons on managed hosts
 
 RUNTIMES = ("docker", "containerd", "crio")
 HAS_TOML = _toml_reader is not None
-# The CRI plugin that holds the runtimes, per containerd config version (2: containerd 1.x, 3: containerd 2.x).
-CRI_PLUGIN = {2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime"}
+# The CRI plugin that holds the runtimes, per containerd config version (1 and 2: containerd 1.x; 3 and later: containerd
+# 2.x), as upstream criRuntimePluginName has them.
+CRI_PLUGIN = {1: "cri", 2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime", 4: "io.containerd.cri.v1.runtime"}
 RUNC_V2 = "io.containerd.runc.v2"
 
 
@@ -148,12 +149,26 @@ def _deep_merge(base: dict[str, t.Any], extra: dict[str, t.Any]) -> dict[str, t.
 
 # ------------------------------------------------------------------------------------------------------------ containerd
 def containerd_version(main: dict[str, t.Any], requested: int | None, path: str) -> int:
-    """The config version of the drop-in: the requested one, else the main config's, else 2 (containerd 1.x)."""
-    version = requested if requested else main.get("version", 2)
+    """The config version to write, which always follows the main (root) config.
+
+    Like containerd and nvidia-ctk, a config that has content but no ``version`` key is version 1. A missing or empty
+    config takes ``requested``, else 2 (containerd 1.x). containerd 2.3 refuses a drop-in whose version differs from
+    its root config's, so a request that contradicts the root config is an error rather than a guess.
+    """
+    if not main:
+        return int(requested) if requested else 2
+    version = main.get("version", 1)
     if isinstance(version, bool) or version not in CRI_PLUGIN:
         raise RuntimeConfigError(
-            "%s has config version %r; this role writes containerd drop-ins for versions 2 (containerd 1.x) and 3 "
-            "(containerd 2.x). Set nvidia_container_toolkit_containerd_config_version." % (path, version)
+            "%s has config version %r; the versions this module writes are 1 (containerd 1.x, in place), 2 (containerd "
+            "1.x), 3 and 4 (containerd 2.x). Fix the version line of the file; it was not changed." % (path, version)
+        )
+    if requested and requested != version:
+        where = "has version = %d" % version if "version" in main else "has no version line, so containerd reads it as version 1"
+        raise RuntimeConfigError(
+            "%s %s, but config_version %d was requested; containerd refuses a drop-in whose version differs from the "
+            "root config's. Leave config_version unset (0 in the role) to follow the file, or migrate the file first "
+            "(containerd config migrate), then run again; it was not changed." % (path, where, requested)
         )
     return int(version)
 
@@ -170,37 +185,101 @@ def _table(doc: dict[str, t.Any], keys: t.Sequence[str], path: str) -> dict[str,
     return current
 
 
-def containerd_dropin(main: dict[str, t.Any], version: int, name: str, runtime_path: str,
-                      default_runtime: bool = False, path: str = "the containerd config") -> dict[str, t.Any]:
-    """The drop-in document.
+def source_runtimes(default_name: t.Any, name: str) -> list[str]:
+    """The runtimes whose settings the new runtime inherits, in nvidia-ctk's order: the engine's default runtime
+    (unless it is an nvidia* runtime or the one being added), then runc, then crun (upstream engine.GetLowLevelRuntimes)."""
+    names = []
+    if isinstance(default_name, str) and default_name and not default_name.startswith("nvidia") and default_name != name:
+        names.append(default_name)
+    return names + [r for r in ("runc", "crun") if r not in names and r != name]
 
-    containerd 1.x replaces a plugin's whole table with the one an imported file has, so the drop-in carries a copy
-    of the main config's CRI plugin table with the runtime added; the main config's CRI settings (sandbox image,
-    runc options, ...) therefore survive the import. The runtime inherits runc's options (SystemdCgroup) and runs
-    ``runtime_path``.
-    """
+
+def inherited_runtime(doc: dict[str, t.Any], prefix: tuple[str, ...], default_name: t.Any, name: str,
+                      path: str) -> tuple[str | None, dict[str, t.Any]]:
+    """The name and a copy of the first runtime of ``source_runtimes`` under ``prefix`` (the runtimes table) in
+    ``doc``; (None, {}) when there is none. Every table on the way must be a table (RuntimeConfigError naming the key)."""
+    runtimes = _table(doc, prefix, path)
+    for source in source_runtimes(default_name, name):
+        if source in runtimes:
+            entry = copy.deepcopy(_table(doc, prefix + (source,), path))
+            _table(doc, prefix + (source, "options"), path)
+            return source, entry
+    return None, {}
+
+
+def containerd_runtime(main: dict[str, t.Any], version: int, name: str, runtime_path: str, path: str) -> dict[str, t.Any]:
+    """The runtime table: a copy of the first of the default runtime, runc and crun that the CRI table has (every key:
+    runtime_type, options such as SystemdCgroup, privileged_without_host_devices, runtime_engine, runtime_root, ...),
+    with an empty runtime_type replaced by io.containerd.runc.v2, and the binary set to ``runtime_path``."""
+    prefix = ("plugins", CRI_PLUGIN[version], "containerd")
+    default_name = _table(main, prefix, path).get("default_runtime_name")
+    source, entry = inherited_runtime(main, prefix + ("runtimes",), default_name, name, path)
+    if source is None:
+        entry = {"runtime_type": RUNC_V2, "privileged_without_host_devices": False}
+    runtime_type = entry.get("runtime_type", "")
+    if not isinstance(runtime_type, str):
+        raise RuntimeConfigError("%s: %s.runtime_type must be a string, not %r; it was not changed."
+                                 % (path, ".".join(_key(k) for k in prefix + ("runtimes", str(source))), runtime_type))
+    if not runtime_type:
+        entry["runtime_type"] = RUNC_V2
+    options = dict(entry.get("options", {}))
+    options["BinaryName"] = runtime_path
+    if version == 1:  # containerd 1.x's v1 config also reads the legacy Runtime key (upstream config_v1.go)
+        options["Runtime"] = runtime_path
+    entry["options"] = options
+    return entry
+
+
+def containerd_cri(main: dict[str, t.Any], version: int, name: str, runtime_path: str, default_runtime: bool = False,
+                   cdi: bool | None = None, path: str = "the containerd config") -> dict[str, t.Any]:
+    """The main config's CRI plugin table with the runtime added (and default_runtime_name, enable_cdi set)."""
     plugin = CRI_PLUGIN[version]
     cri = copy.deepcopy(_table(main, ("plugins", plugin), path))
-    runtimes = _table(main, ("plugins", plugin, "containerd", "runtimes"), path)
-    runc = _table(main, ("plugins", plugin, "containerd", "runtimes", "runc"), path)
-    options = dict(_table(main, ("plugins", plugin, "containerd", "runtimes", "runc", "options"), path))
-    existing = runtimes.get(name)
+    existing = _table(main, ("plugins", plugin, "containerd", "runtimes"), path).get(name)
     if existing is not None and not isinstance(existing, dict):
         raise RuntimeConfigError("%s: plugins.%s.containerd.runtimes.%s must be a table, not %s; it was not changed."
                                  % (path, _key(plugin), _key(name), type(existing).__name__))
-    runtime_type = runc.get("runtime_type", RUNC_V2)
-    if not isinstance(runtime_type, str):
-        raise RuntimeConfigError("%s: plugins.%s.containerd.runtimes.runc.runtime_type must be a string, not %r; it was not changed."
-                                 % (path, _key(plugin), runtime_type))
-    options["BinaryName"] = runtime_path
-    runtime = {"runtime_type": runtime_type, "options": options}
-    add: dict[str, t.Any] = {"containerd": {"runtimes": {name: runtime}}}
+    runtime = containerd_runtime(main, version, name, runtime_path, path)
+    containerd = cri.setdefault("containerd", {})
+    containerd.setdefault("runtimes", {})[name] = runtime
     if default_runtime:
-        add["containerd"]["default_runtime_name"] = name
-    merged = _deep_merge(cri, add)
-    if not default_runtime and merged.get("containerd", {}).get("default_runtime_name") == name:
-        del merged["containerd"]["default_runtime_name"]
-    return {"version": version, "plugins": {plugin: merged}}
+        containerd["default_runtime_name"] = name
+    elif containerd.get("default_runtime_name") == name:
+        del containerd["default_runtime_name"]
+    if cdi is not None:
+        cri["enable_cdi"] = bool(cdi)
+    return cri
+
+
+def containerd_dropin(main: dict[str, t.Any], version: int, name: str, runtime_path: str,
+                      default_runtime: bool = False, path: str = "the containerd config",
+                      cdi: bool | None = None) -> dict[str, t.Any]:
+    """The drop-in document (config versions 2 and up).
+
+    containerd 1.x replaces a plugin's whole table with the one an imported file has, so the drop-in carries a copy
+    of the main config's CRI plugin table with the runtime added; the main config's CRI settings (sandbox image,
+    runc options, ...) therefore survive the import (upstream getBaseDropInConfigTree).
+    """
+    cri = containerd_cri(main, version, name, runtime_path, default_runtime, cdi, path)
+    return {"version": version, "plugins": {CRI_PLUGIN[version]: cri}}
+
+
+def containerd_v1(text: str | None, main: dict[str, t.Any], name: str, runtime_path: str, default_runtime: bool = False,
+                  cdi: bool | None = None, path: str = "the containerd config") -> str:
+    """A version 1 main config with the runtime added in place, as nvidia-ctk does: version 1 has no drop-ins.
+
+    The file is rewritten (comments are lost, as with nvidia-ctk) only when its content changes; ``version = 1`` is
+    written so that the file says what containerd reads it as.
+    """
+    cri = containerd_cri(main, 1, name, runtime_path, default_runtime, cdi, path)
+    merged = copy.deepcopy(main)
+    merged["version"] = 1
+    merged.setdefault("plugins", {})[CRI_PLUGIN[1]] = cri
+    if merged == main and text is not None:
+        return text
+    doc = {"version": 1, **{k: v for k, v in merged.items() if k != "version"}}
+    return dump_toml(doc, "# Version 1 containerd config; gpuhost.nvidia.nvidia_container_runtime added the %s runtime.\n"
+                     % name)
 
 
 _TABLE_LINE = re.compile(r"^\s*\[")
@@ -239,8 +318,18 @@ def containerd_main(text: str | None, main: dict[str, t.Any], path: str, imports
 
 
 # ----------------------------------------------------------------------------------------------------------------- CRI-O
-def crio_dropin(name: str, runtime_path: str, default_runtime: bool = False) -> dict[str, t.Any]:
-    runtime: dict[str, t.Any] = {"runtimes": {name: {"runtime_path": runtime_path, "runtime_type": "oci"}}}
+def crio_dropin(name: str, runtime_path: str, default_runtime: bool = False,
+                source: dict[str, t.Any] | None = None, path: str = "crio.conf") -> dict[str, t.Any]:
+    """The drop-in document. The runtime inherits every setting of the first of crio.conf's default runtime, runc and
+    crun that ``source`` (the parsed crio.conf) has (monitor_path, runtime_root, ...), then runs ``runtime_path`` as
+    an ``oci`` runtime (upstream crio.go AddRuntime)."""
+    entry: dict[str, t.Any] = {}
+    if source:
+        default_name = _table(source, ("crio", "runtime"), path).get("default_runtime")
+        entry = inherited_runtime(source, ("crio", "runtime", "runtimes"), default_name, name, path)[1]
+    entry["runtime_path"] = runtime_path
+    entry["runtime_type"] = "oci"
+    runtime: dict[str, t.Any] = {"runtimes": {name: entry}}
     if default_runtime:
         runtime = {"default_runtime": name, **runtime}
     return {"crio": {"runtime": runtime}}

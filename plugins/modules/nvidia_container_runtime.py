@@ -14,11 +14,27 @@ description:
     C(nvidia-ctk runtime configure) does, but with check mode, diff and backups.
   - V(docker) merges C(runtimes.<name>) (and optionally C(default-runtime) and C(features.cdi)) into C(daemon.json);
     every other key is kept, and a file that already holds them is not rewritten.
-  - V(containerd) writes a drop-in file and adds the drop-in directory's glob to the top-level C(imports) of the main
-    config; no other line of the main config changes. containerd 1.x replaces a plugin's whole table with the one an
-    imported file has, so the drop-in carries a copy of the main config's CRI plugin table with the runtime added,
-    and the runtime inherits the options of C(runc) (for example C(SystemdCgroup)).
-  - V(crio) writes a drop-in file with C([crio.runtime.runtimes.<name>]).
+  - V(containerd) follows the main config's C(version). A config with content but no C(version) line is version 1,
+    to containerd and to C(nvidia-ctk) (containerd.io's default config is one). Version 1 has no drop-ins, so the
+    runtime is added to the main config in place, under C(plugins.cri), as C(nvidia-ctk) does; the file is rewritten
+    (its comments are lost) and gets C(version = 1).
+  - For versions 2, 3 and 4, V(containerd) writes a drop-in file and adds the drop-in directory's glob to the top-level
+    C(imports) of the main config; no other line of the main config changes. containerd 1.x replaces a plugin's whole
+    table with the one an imported file has, so the drop-in carries a copy of the main config's CRI plugin table with
+    the runtime added. Version 3 and later use the C(io.containerd.cri.v1.runtime) plugin (containerd 2.x).
+  - The new runtime inherits every setting (C(runtime_type), C(options) such as C(SystemdCgroup),
+    C(privileged_without_host_devices), C(runtime_engine), C(runtime_root)) of the first runtime of these that the config
+    has, in C(nvidia-ctk)'s order, the engine's default runtime (C(default_runtime_name)) unless it is an C(nvidia*)
+    runtime, C(runc), then C(crun). An empty C(runtime_type) becomes C(io.containerd.runc.v2).
+  - With no runtime to inherit from, the runtime gets C(runtime_type = "io.containerd.runc.v2") and
+    C(privileged_without_host_devices = false). C(nvidia-ctk) also writes empty C(runtime_engine) and C(runtime_root);
+    this module does not, because containerd 2.x removed them and an empty value means the same as none.
+  - O(cdi) sets C(enable_cdi) in the CRI plugin table for V(containerd), as C(nvidia-ctk --cdi.enabled) does.
+  - V(crio) writes a drop-in file with C([crio.runtime.runtimes.<name>]). The runtime inherits every setting of the
+    first of C(crio.conf)'s default runtime, C(runc) and C(crun) (O(crio_config)), with C(runtime_type = "oci").
+  - V(docker) differs from C(nvidia-ctk) on purpose in one place. C(nvidia-ctk) replaces C(runtimes.<name>) with
+    C({"path": ..., "args": []}); this module sets only C(path) and keeps the entry's other keys, such as
+    C(runtimeArgs) (the key dockerd reads; dockerd has no C(args) key, so writing one adds nothing).
   - A file that cannot be parsed (invalid JSON or TOML), or whose tables the merge needs hold something else (a CRI
     plugin table that is a string), fails the task before anything is written, naming the file, the key and the
     problem. So does a path that is a directory, a special file, a symbolic link to nothing or sits under a file.
@@ -61,9 +77,10 @@ options:
     default: /etc/containerd/conf.d/99-nvidia.toml
   config_version:
     description:
-      - For V(containerd), the config version of the drop-in, V(2) (containerd 1.x) or V(3) (containerd 2.x); other
-        numbers are refused.
-        By default the main config's C(version), or V(2) when it has none.
+      - For V(containerd), the config version to write when the main config is missing or empty, V(2) (containerd
+        1.x), V(3) or V(4) (containerd 2.x). By default V(2).
+      - An existing main config's version always wins (containerd refuses a drop-in whose version differs from its
+        root config's). A value that contradicts it fails the task, naming both; no file is changed.
     type: int
   name:
     description:
@@ -83,8 +100,17 @@ options:
     type: bool
     default: false
   cdi:
-    description: For V(docker), set C(features.cdi). Left as it is when not given.
+    description:
+      - For V(docker), set C(features.cdi); for V(containerd), set C(enable_cdi) in the CRI plugin. Left as it is when
+        not given.
+      - For V(crio) there is nothing to set (CRI-O reads CDI specs by default), so the module warns and changes nothing.
     type: bool
+  crio_config:
+    description:
+      - For V(crio), CRI-O's main config, read (never written) for the runtime to inherit settings from. A missing file
+        means no settings to inherit.
+    type: path
+    default: /etc/crio/crio.conf
   backup:
     description: Keep a timestamped copy of each file before replacing it.
     type: bool
@@ -151,11 +177,12 @@ DEFAULT_PATHS = {
 RULES: dict[str, _validate.Rule] = {
     "path": _validate.Path(),
     "dropin": _validate.Path(),
-    "config_version": _validate.Integer(2, 3, "containerd config versions 2 (containerd 1.x) and 3 (containerd 2.x)"),
+    "config_version": _validate.Integer(2, 4, "containerd config versions 2 (containerd 1.x), 3 and 4 (containerd 2.x)"),
     "name": _validate.Identifier(_validate.RUNTIME_NAME_RE, "a runtime name that every engine accepts: a DNS label of "
                                  "lower-case letters, digits and '-', at most 63 characters, such as nvidia",
                                  max_length=63, reserved=("runc",)),
     "runtime_path": _validate.Path(space=False),
+    "crio_config": _validate.Path(),
 }
 
 
@@ -185,7 +212,7 @@ def read_text(module: AnsibleModule, path: str, what: str) -> str | None:
     return None  # pragma: no cover
 
 
-def plan(module: AnsibleModule) -> list[tuple[str, str, str]]:
+def plan(module: AnsibleModule, warnings: list[str]) -> list[tuple[str, str, str]]:
     """The files, their option names and the content each must hold. Fails, before any write, on a file it cannot
     use or parse."""
     p = module.params
@@ -200,18 +227,31 @@ def plan(module: AnsibleModule) -> list[tuple[str, str, str]]:
             _files.check_file(dropin, "dropin")
             text = read_text(module, path, "path")
             main = _runtime.parse_toml(text, path)
-            _runtime.parse_toml(read_text(module, dropin, "dropin"), dropin)
             version = _runtime.containerd_version(main, p["config_version"], path)
+            if "cri" in (main.get("disabled_plugins") or []) or _runtime.CRI_PLUGIN[version] in (main.get("disabled_plugins") or []):
+                warnings.append("%s disables containerd's CRI plugin (disabled_plugins), so Kubernetes cannot use the %s "
+                                "runtime until it is enabled; the runtime was added anyway." % (path, p["name"]))
+            if version == 1:
+                # Version 1 has no drop-ins: the runtime goes into the main config, as nvidia-ctk does.
+                return [(path, "path", _runtime.containerd_v1(text, main, p["name"], p["runtime_path"], p["default_runtime"],
+                                                              p["cdi"], path))]
+            _runtime.parse_toml(read_text(module, dropin, "dropin"), dropin)
             glob = os.path.join(os.path.dirname(dropin), "*.toml")
-            document = _runtime.containerd_dropin(main, version, p["name"], p["runtime_path"], p["default_runtime"], path)
+            document = _runtime.containerd_dropin(main, version, p["name"], p["runtime_path"], p["default_runtime"], path,
+                                                  p["cdi"])
             # The drop-in first: the main config imports it only once it exists.
             return [
                 (dropin, "dropin", _runtime.dump_toml(document, _runtime.DROPIN_HEADER)),
                 (path, "path", _runtime.containerd_main(text, main, path, glob, version)),
             ]
+        if p["cdi"] is not None:
+            warnings.append("cdi has no CRI-O setting to change: CRI-O reads CDI specs from its cdi_spec_dirs "
+                            "(/etc/cdi, /var/run/cdi) by default; cdi was ignored for crio.")
         _runtime.parse_toml(read_text(module, path, "path"), path)
-        return [(path, "path", _runtime.dump_toml(_runtime.crio_dropin(p["name"], p["runtime_path"], p["default_runtime"]),
-                                                  _runtime.DROPIN_HEADER))]
+        crio_config = os.path.abspath(p["crio_config"])
+        source = _runtime.parse_toml(read_text(module, crio_config, "crio_config"), crio_config)
+        return [(path, "path", _runtime.dump_toml(_runtime.crio_dropin(p["name"], p["runtime_path"], p["default_runtime"],
+                                                                       source, crio_config), _runtime.DROPIN_HEADER))]
     except _files.FileError as exc:
         module.fail_json(msg=str(exc), path=exc.path)
     except _runtime.RuntimeConfigError as exc:
@@ -231,6 +271,7 @@ def main() -> None:
             runtime_path=dict(type="path", default="/usr/bin/nvidia-container-runtime"),
             default_runtime=dict(type="bool", default=False),
             cdi=dict(type="bool"),
+            crio_config=dict(type="path", default="/etc/crio/crio.conf"),
             backup=dict(type="bool", default=True),
         ),
         supports_check_mode=True,
@@ -238,7 +279,10 @@ def main() -> None:
     errors = check_options(module.params)
     if errors:
         module.fail_json(msg="; ".join(errors), errors=errors)
-    files = plan(module)
+    warnings: list[str] = []
+    files = plan(module, warnings)
+    for warning in warnings:
+        module.warn(warning)
 
     changed_files: list[str] = []
     backups: list[str] = []

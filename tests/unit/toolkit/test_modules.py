@@ -55,6 +55,84 @@ def test_containerd_broken_toml_fails(run_module, tmp_path):
     assert result["failed"] and "is not valid TOML" in result["msg"]
 
 
+CONTAINERD_IO_DEFAULT = """#   Copyright 2018-2022 Docker Inc.
+
+#   Licensed under the Apache License, Version 2.0 (the "License");
+
+disabled_plugins = ["cri"]
+
+#root = "/var/lib/containerd"
+#state = "/run/containerd"
+"""
+
+
+def _warnings() -> list[str]:
+    from ansible.module_utils.common import warnings
+    return list(warnings.get_warning_messages())
+
+
+def test_containerd_v1_config_is_merged_in_place_not_given_a_v2_dropin(run_module, tmp_path):
+    # Issue #18 case 1: containerd.io's default config has no version line, so containerd (and nvidia-ctk) read it as
+    # version 1. A v2 drop-in plus an imports line made containerd 1.7 refuse the merged config.
+    main = tmp_path / "config.toml"
+    main.write_text(CONTAINERD_IO_DEFAULT)
+    dropin = tmp_path / "conf.d" / "99-nvidia.toml"
+    args = {"runtime": "containerd", "path": str(main), "dropin": str(dropin), "cdi": True}
+    predicted = run_module(nvidia_container_runtime, args, check_mode=True)
+    assert predicted["changed_files"] == [str(main)] and main.read_text() == CONTAINERD_IO_DEFAULT
+    assert any("disables containerd's CRI plugin" in w for w in _warnings())
+    real = run_module(nvidia_container_runtime, args)
+    assert real["changed_files"] == [str(main)] and len(real["backup_files"]) == 1
+    assert not dropin.exists()
+    parsed = tomllib.loads(main.read_text())
+    assert parsed["version"] == 1 and "imports" not in parsed and parsed["disabled_plugins"] == ["cri"]
+    cri = parsed["plugins"]["cri"]
+    assert cri["enable_cdi"] is True
+    assert cri["containerd"]["runtimes"]["nvidia"]["options"]["BinaryName"] == "/usr/bin/nvidia-container-runtime"
+    assert not run_module(nvidia_container_runtime, args)["changed"]
+
+
+def test_containerd_version_request_that_contradicts_the_file_is_refused(run_module, tmp_path):
+    main = tmp_path / "config.toml"
+    main.write_text("version = 2\n")
+    result = run_module(nvidia_container_runtime, {"runtime": "containerd", "path": str(main), "config_version": 3,
+                                                   "dropin": str(tmp_path / "d/x.toml")})
+    assert result["failed"] and "Leave config_version unset" in result["msg"]
+    assert main.read_text() == "version = 2\n"
+
+
+def test_containerd_inherits_the_default_runtime_and_sets_enable_cdi(run_module, tmp_path):
+    main = tmp_path / "config.toml"
+    main.write_text('version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd]\ndefault_runtime_name = "crun"\n'
+                    '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]\nSystemdCgroup = false\n'
+                    '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.crun]\nruntime_type = ""\n'
+                    'privileged_without_host_devices = true\n'
+                    '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.crun.options]\n'
+                    'BinaryName = "/usr/bin/crun"\nSystemdCgroup = true\n')
+    dropin = tmp_path / "d" / "99-nvidia.toml"
+    run_module(nvidia_container_runtime, {"runtime": "containerd", "path": str(main), "dropin": str(dropin), "cdi": True})
+    cri = tomllib.loads(dropin.read_text())["plugins"]["io.containerd.grpc.v1.cri"]
+    assert cri["enable_cdi"] is True
+    assert cri["containerd"]["runtimes"]["nvidia"] == {
+        "runtime_type": "io.containerd.runc.v2", "privileged_without_host_devices": True,
+        "options": {"BinaryName": "/usr/bin/nvidia-container-runtime", "SystemdCgroup": True}}
+
+
+def test_crio_inherits_from_crio_conf_and_warns_on_cdi(run_module, tmp_path):
+    conf = tmp_path / "crio.conf"
+    conf.write_text('[crio.runtime]\ndefault_runtime = "crun"\n[crio.runtime.runtimes.crun]\nruntime_path = "/usr/bin/crun"\n'
+                    'runtime_root = "/run/crun"\nmonitor_path = "/usr/libexec/crio/conmon"\n')
+    dropin = tmp_path / "crio.conf.d" / "99-nvidia.conf"
+    args = {"runtime": "crio", "path": str(dropin), "crio_config": str(conf), "cdi": True}
+    run_module(nvidia_container_runtime, args)
+    assert any("cdi was ignored for crio" in w for w in _warnings())
+    assert tomllib.loads(dropin.read_text())["crio"]["runtime"]["runtimes"]["nvidia"] == {
+        "runtime_path": "/usr/bin/nvidia-container-runtime", "runtime_type": "oci", "runtime_root": "/run/crun",
+        "monitor_path": "/usr/libexec/crio/conmon"}
+    assert not run_module(nvidia_container_runtime, args)["changed"]
+    assert conf.read_text().startswith("[crio.runtime]")
+
+
 def _ctk(tmp_path: Path, version: str = "1.18.0", fail: bool = False) -> str:
     ctk = tmp_path / "nvidia-ctk"
     text = STUB_CTK.read_text().replace("@VERSION@", version)

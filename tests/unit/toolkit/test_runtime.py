@@ -113,11 +113,22 @@ def test_containerd_v3_uses_the_containerd2_plugin():
     assert "default_runtime_name" not in doc["plugins"]["io.containerd.cri.v1.runtime"]["containerd"]
 
 
-def test_containerd_version_refuses_version_1():
-    with pytest.raises(_runtime.RuntimeConfigError, match="config version 1"):
-        _runtime.containerd_version({"version": 1}, None, "/etc/containerd/config.toml")
+def test_containerd_version_follows_the_root_config():
+    # A config with content and no version is version 1 (containerd, and upstream containerd.go parseVersion).
+    assert _runtime.containerd_version({"disabled_plugins": ["cri"]}, None, "c") == 1
+    assert _runtime.containerd_version({"version": 1}, None, "c") == 1
     assert _runtime.containerd_version({}, None, "c") == 2
-    assert _runtime.containerd_version({"version": 2}, 3, "c") == 3
+    assert _runtime.containerd_version({}, 3, "c") == 3
+    assert _runtime.containerd_version({"version": 4}, None, "c") == 4
+    assert _runtime.containerd_version({"version": 3}, 3, "c") == 3
+    with pytest.raises(_runtime.RuntimeConfigError, match=r"has version = 2, but config_version 3 was requested.*"
+                       r"Leave config_version unset"):
+        _runtime.containerd_version({"version": 2}, 3, "/etc/containerd/config.toml")
+    with pytest.raises(_runtime.RuntimeConfigError, match=r"no version line, so containerd reads it as version 1.*"
+                       r"containerd config migrate"):
+        _runtime.containerd_version({"root": "/x"}, 2, "/etc/containerd/config.toml")
+    with pytest.raises(_runtime.RuntimeConfigError, match="config version 5"):
+        _runtime.containerd_version({"version": 5}, None, "c")
 
 
 def test_parse_toml_names_file_and_error():
