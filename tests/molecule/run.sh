@@ -2,7 +2,8 @@
 # Run Molecule scenarios (create -> converge -> idempotence -> check -> verify -> destroy)
 # and print one line per scenario with its result, testinfra counts and wall time.
 #   tests/molecule/run.sh [SCENARIO] [DISTRO]
-# SCENARIO: a directory under molecule/, or several separated by spaces (default: $MOLECULE_SCENARIOS, else all). DISTRO: debian12, rocky9 or arch;
+# SCENARIO: a directory under molecule/, or several separated by spaces (default: $MOLECULE_SCENARIOS, else all). DISTRO: debian12,
+# debian13, rocky9, rocky10 or arch;
 # only that family's platforms run (`molecule test -s S --platform-name P`, once per platform of the
 # scenario whose name has the DISTRO as one of its dash-separated parts), and a scenario without such a
 # platform is skipped with a message. DISTRO is also exported to the scenarios as GPUHOST_DISTRO.
@@ -38,7 +39,7 @@ PY
 }
 
 # Longest first, so that the last scenario to start is a short one (the others follow in name order).
-LONGEST_FIRST=(site nvidia_driver nvidia_container_toolkit vfio_passthrough gpu_settings gpu_compose gpu_doctor repos nvidia_gpu_facts)
+LONGEST_FIRST=(site nvidia_driver nvidia_container_toolkit vfio_passthrough gpu_settings gpu_compose gpu_doctor gpu_exporter repos nvidia_gpu_facts)
 scenarios=()
 for name in "${LONGEST_FIRST[@]}" $(find molecule -mindepth 2 -maxdepth 2 -name molecule.yml -printf '%h\n' | sed 's|molecule/||' | sort); do
     [[ -f "molecule/$name/molecule.yml" ]] || continue
@@ -51,8 +52,8 @@ if [[ ${#scenarios[@]} -eq 0 ]]; then
 fi
 if [[ -n "$GPUHOST_DISTRO" ]]; then
     case "$GPUHOST_DISTRO" in
-        debian12 | rocky9 | arch) ;;
-        *) echo "DISTRO must be debian12, rocky9 or arch, not '$GPUHOST_DISTRO'" >&2; exit 2 ;;
+        debian12 | debian13 | rocky9 | rocky10 | arch) ;;
+        *) echo "DISTRO must be debian12, debian13, rocky9, rocky10 or arch, not '$GPUHOST_DISTRO'" >&2; exit 2 ;;
     esac
     with_distro=()
     for name in "${scenarios[@]}"; do

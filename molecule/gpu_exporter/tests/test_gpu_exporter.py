@@ -1,0 +1,154 @@
+"""gpu_exporter on two Debian 12 hosts (DCGM exporter, nvidia_gpu_exporter), scraped by Debian's real Prometheus."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+from gpuhost_testinfra import run_playbook_json, test_check_after_converge_changes_nothing, test_check_mode_predicted_converge  # noqa: F401  pylint: disable=unused-import
+
+SCENARIO = Path(__file__).resolve().parents[1]
+DASHBOARDS = SCENARIO.parents[1] / "roles" / "gpu_exporter" / "files" / "dashboards"
+EPHEMERAL = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/nonexistent"))
+FILE_SD = EPHEMERAL / "prometheus" / "gpu_exporters.json"
+GPUS = {"dcgm": 2, "nvgpu": 1}
+KIND = {"dcgm": ("dcgm", 9400), "nvgpu": ("nvidia_gpu_exporter", 9835)}
+
+
+def role(instance: str) -> str:
+    return instance.rsplit("-", 1)[1]
+
+
+def test_unit_enabled_running_and_hardened(host, gpuhost_instance):
+    kind, port = KIND[role(gpuhost_instance)]
+    unit = host.service("gpuhost-gpu-exporter.service")
+    assert unit.is_enabled and unit.is_running
+    props = dict(line.split("=", 1) for line in host.check_output(
+        "systemctl show gpuhost-gpu-exporter.service -p DynamicUser -p ProtectSystem -p DevicePolicy -p DeviceAllow "
+        "-p NoNewPrivileges -p ProtectHome -p CapabilityBoundingSet -p ExecStart").splitlines())
+    assert props["DynamicUser"] == "yes" and props["ProtectSystem"] == "strict" and props["DevicePolicy"] == "closed"
+    assert props["NoNewPrivileges"] == "yes" and props["ProtectHome"] == "yes" and props["CapabilityBoundingSet"] == ""
+    assert f":{port}" in props["ExecStart"]
+    if kind == "dcgm":
+        assert props["DeviceAllow"] == ""
+        assert host.service("nvidia-dcgm.service").is_enabled and host.service("nvidia-dcgm.service").is_running
+        assert host.package("datacenter-gpu-manager-4-core").version == "4.5.2-1"
+        assert host.package("datacenter-gpu-manager-4-cuda12").version == "4.5.2-1"
+        assert host.package("datacenter-gpu-manager-exporter").version == "4.8.2-1"
+        assert host.file("/usr/share/gpuhost-stub/datacenter-gpu-manager-exporter/STUB").exists
+        csv = host.file("/etc/gpuhost-gpu-exporter/dcgm-collectors.csv").content_string
+        assert "DCGM_FI_DEV_GPU_UTIL, gauge, GPU utilization (in %)." in csv
+        assert "-r localhost:5555" in props["ExecStart"]
+    else:
+        assert "char-nvidia-frontend rw" in props["DeviceAllow"]
+        assert host.file("/usr/local/bin/nvidia_gpu_exporter").linked_to == "/opt/gpuhost-gpu-exporter/1.3.1/nvidia_gpu_exporter"
+    # The exporter runs as a dynamic user, not root.
+    user = host.check_output("ps -o user= -p $(systemctl show -p MainPID --value gpuhost-gpu-exporter.service)")
+    assert user.strip() not in ("root", "0")
+
+
+def test_file_sd_lists_every_host_labelled_from_the_facts(gpuhost_instance):
+    entries = {e["labels"]["host"]: e for e in json.loads(FILE_SD.read_text(encoding="utf-8"))}
+    entry = entries[gpuhost_instance]
+    kind, port = KIND[role(gpuhost_instance)]
+    assert entry["labels"]["exporter"] == kind and entry["labels"]["gpu_count"] == str(GPUS[role(gpuhost_instance)])
+    assert entry["targets"][0].endswith(f":{port}")
+    assert entry["labels"]["gpu_model"] == {"dcgm": "NVIDIA H100 80GB HBM3", "nvgpu": "NVIDIA GeForce RTX 4090"}[role(gpuhost_instance)]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _query(base: str, expr: str) -> list[dict]:
+    url = f"{base}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+    with urllib.request.urlopen(url, timeout=10) as resp:  # noqa: S310 - localhost
+        data = json.loads(resp.read())
+    assert data["status"] == "success", data
+    return data["data"]["result"]
+
+
+@pytest.fixture(scope="module")
+def prometheus(tmp_path_factory):
+    """Debian's prometheus (bindep.txt) on the controller, loading the generated file_sd."""
+    binary = shutil.which("prometheus")
+    if binary is None:
+        pytest.fail("prometheus is not installed (bindep.txt; tests/deps/install.sh)")
+    work = tmp_path_factory.mktemp("prometheus")
+    (work / "prometheus.yml").write_text(
+        "global: {scrape_interval: 1s, scrape_timeout: 1s, evaluation_interval: 1s}\n"
+        f"scrape_configs:\n  - job_name: gpu\n    file_sd_configs: [{{files: ['{FILE_SD}'], refresh_interval: 1s}}]\n",
+        encoding="utf-8")
+    port = _free_port()
+    proc = subprocess.Popen([binary, f"--config.file={work / 'prometheus.yml'}", f"--storage.tsdb.path={work / 'data'}",
+                             f"--web.listen-address=127.0.0.1:{port}"], stdout=subprocess.DEVNULL,
+                            stderr=(work / "log").open("w"))
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if len([r for r in _query(base, "up == 1")]) == 2 and _query(base, "DCGM_FI_DEV_GPU_UTIL") and _query(base, "nvidia_smi_gpu_info"):
+                    break
+            except OSError:
+                pass
+            assert proc.poll() is None, (work / "log").read_text()
+            assert time.monotonic() < deadline, f"Prometheus did not scrape both hosts: {_query(base, 'up')}"
+            time.sleep(0.5)
+        yield base
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_prometheus_has_one_series_per_gpu_per_host(prometheus):
+    dcgm = _query(prometheus, "DCGM_FI_DEV_GPU_UTIL")
+    nvgpu = _query(prometheus, "nvidia_smi_gpu_info")
+    assert sorted((s["metric"]["host"], s["metric"]["UUID"], s["metric"]["modelName"]) for s in dcgm) == [
+        ("gpuhost-debian12-gpu_exporter-dcgm", "GPU-5c3b9d2e-0f4a-4b1e-9c6d-7a8b9c0d1e2f", "NVIDIA H100 80GB HBM3"),
+        ("gpuhost-debian12-gpu_exporter-dcgm", "GPU-8e7d6c5b-4a39-4281-b7f6-e5d4c3b2a190", "NVIDIA H100 80GB HBM3")]
+    assert {s["metric"]["gpu"] for s in dcgm} == {"0", "1"} and {s["metric"]["device"] for s in dcgm} == {"nvidia0", "nvidia1"}
+    assert [(s["metric"]["host"], s["metric"]["name"], s["metric"]["pci_bus_id"]) for s in nvgpu] == [
+        ("gpuhost-debian12-gpu_exporter-nvgpu", "NVIDIA GeForce RTX 4090", "00000000:01:00.0")]
+    per_host = {s["metric"]["host"]: int(s["value"][1]) for s in _query(
+        prometheus, "count by (host) (DCGM_FI_DEV_GPU_UTIL) or count by (host) (nvidia_smi_gpu_info)")}
+    assert per_host == {"gpuhost-debian12-gpu_exporter-dcgm": 2, "gpuhost-debian12-gpu_exporter-nvgpu": 1}
+
+
+@pytest.mark.parametrize("dashboard", ["dcgm.json", "nvidia_gpu_exporter.json"])
+def test_dashboard_queries_return_data(prometheus, dashboard):
+    board = json.loads((DASHBOARDS / dashboard).read_text(encoding="utf-8"))
+    exprs = [target["expr"] for panel in board["panels"] for target in panel["targets"]]
+    assert len(exprs) >= 6
+    for var in board["templating"]["list"]:
+        if var["type"] == "query":
+            match = re.fullmatch(r"label_values\((\w+), (\w+)\)", var["query"]["query"])
+            assert match and _query(prometheus, match.group(1)), var
+    empty = [e for e in exprs if not _query(prometheus, e.replace("$host", ".*"))]
+    assert empty == []
+
+
+def test_bad_inputs_fail_before_any_change(host, gpuhost_instance):
+    if role(gpuhost_instance) != "dcgm":
+        pytest.skip("one bad-input run covers both hosts")
+    result = run_playbook_json(str(SCENARIO / "bad_inputs.yml"))
+    changed = [(h, task["task"]["name"]) for play in result["plays"] for task in play["tasks"]
+               for h, outcome in task["hosts"].items() if outcome.get("changed")]
+    assert changed == []
+    reports = {h: outcome["__gpuhost_errors"] for play in result["plays"] for task in play["tasks"]
+               if task["task"]["name"] == "Report the failures" for h, outcome in task["hosts"].items()}
+    assert "does not hold exactly the pinned key" in reports["gpuhost-debian12-gpu_exporter-dcgm"]["key"]
+    assert "Nothing was installed" in reports["gpuhost-debian12-gpu_exporter-dcgm"]["key"]
+    assert "checksum" in reports["gpuhost-debian12-gpu_exporter-nvgpu"]["checksum"].lower()
+    assert host.package("datacenter-gpu-manager-4-core").version == "4.5.2-1"
