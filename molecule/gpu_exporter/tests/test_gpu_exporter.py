@@ -152,3 +152,27 @@ def test_bad_inputs_fail_before_any_change(host, gpuhost_instance):
     assert "Nothing was installed" in reports["gpuhost-debian12-gpu_exporter-dcgm"]["key"]
     assert "checksum" in reports["gpuhost-debian12-gpu_exporter-nvgpu"]["checksum"].lower()
     assert host.package("datacenter-gpu-manager-4-core").version == "4.5.2-1"
+
+
+def test_fleet_report_over_the_test_hosts(host, gpuhost_instance, tmp_path):
+    """playbooks/report.yml over both hosts and one unreachable host: three forms, nobody dropped, hosts unchanged."""
+    if role(gpuhost_instance) != "dcgm":
+        pytest.skip("one report run covers every host")
+    out = EPHEMERAL / "report"
+    env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json", GPUHOST_RECORD_RUNS="0")
+    proc = subprocess.run(["ansible-playbook", "-i", os.environ["MOLECULE_INVENTORY_FILE"], "-i", str(SCENARIO / "report_inventory.yml"),
+                           str(SCENARIO.parents[1] / "playbooks" / "report.yml"), "-e", f"gpuhost_report_dir={out}",
+                           "-e", "ansible_python_interpreter=/usr/bin/python3", "-e", "gpuhost_targets=all:!localhost"],
+                          env=env, capture_output=True, text=True, check=False)
+    result = json.loads(proc.stdout)
+    changed = [(h, t["task"]["name"]) for p in result["plays"] for t in p["tasks"] for h, o in t["hosts"].items()
+               if o.get("changed") and h != "localhost"]
+    assert changed == []
+    assert result["stats"]["gpuhost-offline"]["unreachable"] == 1
+    report = json.loads((out / "fleet.json").read_text(encoding="utf-8"))
+    assert [(h["host"], h["status"]) for h in report["hosts"]][0] == ("gpuhost-offline", "unreachable")
+    assert {h["host"] for h in report["hosts"]} == {"gpuhost-offline", "gpuhost-debian12-gpu_exporter-dcgm",
+                                                    "gpuhost-debian12-gpu_exporter-nvgpu"}
+    assert (out / "fleet.csv").read_text(encoding="utf-8").startswith("host,status,gpu,model,")
+    page = (out / "fleet.html").read_text(encoding="utf-8")
+    assert 'data-host="gpuhost-offline"' in page and "<svg" in page

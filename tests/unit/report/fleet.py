@@ -4,7 +4,8 @@
 
 """A synthetic fleet (generated facts in the nvidia_gpu_facts schema, doctor results) for the report tests.
 
-    python3 tests/unit/report/fleet.py OUT_DIR [HOSTS]   writes fleet.{json,csv,html} of a generated fleet
+    .venv/bin/python tests/unit/report/fleet.py OUT_DIR [HOSTS]   writes fleet.{json,csv,html} of a generated fleet
+    (docs/report-screenshot.png: 40 hosts, then chromium --headless --window-size=1200,1000 --screenshot)
 """
 
 from __future__ import annotations
@@ -57,7 +58,6 @@ def fleet(hosts: int = 1000, seed: int = 22) -> list[dict[str, t.Any]]:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parents[3].parent.parent.parent))
     from ansible_collections.gpuhost.nvidia.plugins.module_utils import _report
 
     dest = Path(sys.argv[1])
