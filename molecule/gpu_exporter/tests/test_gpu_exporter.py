@@ -14,7 +14,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from gpuhost_testinfra import run_playbook_json, test_check_after_converge_changes_nothing, test_check_mode_predicted_converge  # noqa: F401  pylint: disable=unused-import
+from gpuhost_testinfra import run_playbook_json
+from gpuhost_testinfra import test_check_after_converge_changes_nothing, test_check_mode_predicted_converge  # noqa: F401  pylint: disable=unused-import
 
 SCENARIO = Path(__file__).resolve().parents[1]
 DASHBOARDS = SCENARIO.parents[1] / "roles" / "gpu_exporter" / "files" / "dashboards"
