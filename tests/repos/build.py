@@ -86,6 +86,21 @@ def packages(specs: list[dict], toolkit_versions: list[str]) -> list[dict]:
     return out
 
 
+def driver_versions(specs: list[dict], versions: list[str]) -> list[dict]:
+    """Each spec that holds {drv} once per driver version (filled in); the others once, as they are."""
+    def fill(value, drv):
+        if isinstance(value, str):
+            return value.replace("{drv}", drv)
+        if isinstance(value, list):
+            return [fill(v, drv) for v in value]
+        return value
+    out = []
+    for spec in specs:
+        drvs = versions if "{drv}" in str(spec) else [""]
+        out.extend({k: fill(v, drv) for k, v in spec.items()} for drv in drvs)
+    return out
+
+
 def stage_files(root: Path, spec: dict) -> None:
     """The stand-in files of one package, under root."""
     marker = root / "usr/share/gpuhost-stub" / spec["name"] / "STUB"
@@ -257,6 +272,7 @@ def build(out: Path) -> None:
     rpm = manifest["rpm"]
     build_rpm_repo(out / "rpm" / "libnvidia-container", packages(rpm["libnvidia-container"], tk), home, fpr)
     build_rpm_repo(out / "rpm" / "cuda-rhel9", packages(rpm["cuda-rhel9"], tk), home, fpr, rpm.get("modules"))
+    build_rpm_repo(out / "rpm" / "cuda-rhel10", driver_versions(rpm["cuda-rhel10"], rpm["cuda-rhel10-versions"]), home, fpr)
     build_pacman(out / "pacman", packages(manifest["pacman"], tk), home, fpr)
     build_tarballs(out / "tarballs", manifest.get("tarballs", []))
     tampered_copy(out / "apt", out / "tampered" / "apt", "libnvidia-container1_1.18.0-1_*.deb")
