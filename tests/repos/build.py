@@ -48,6 +48,11 @@ FILE_DEST = {
     "nv-hostengine": "usr/bin/nv-hostengine",
     "nvidia-dcgm.service": "usr/lib/systemd/system/nvidia-dcgm.service",
     "nvidia_gpu_exporter": "nvidia_gpu_exporter",
+    # nvidia_container_toolkit (#18): toolkit 1.18.0's CDI refresh units and their environment file (where 1.18.0's
+    # packaging/debian/nvidia-container-toolkit-base.install puts them)
+    "nvidia-cdi-refresh.path": "etc/systemd/system/nvidia-cdi-refresh.path",
+    "nvidia-cdi-refresh.service": "etc/systemd/system/nvidia-cdi-refresh.service",
+    "nvidia-cdi-refresh.env": "etc/nvidia-container-toolkit/nvidia-cdi-refresh.env",
 }
 KEY_UID = "gpuhost.nvidia test repositories (throwaway key, tests only) <test@gpuhost.invalid>"
 
@@ -107,7 +112,12 @@ def stage_files(root: Path, spec: dict) -> None:
     marker.parent.mkdir(parents=True, exist_ok=True)
     marker.write_text(f"Stand-in for {spec['name']} {spec['version']}, built by gpuhost.nvidia tests/repos/build.py.\n"
                       "It is not NVIDIA's package and contains no NVIDIA software.\n")
-    for name in spec.get("files", []):
+    names = list(spec.get("files", []))
+    # files_since: files a package gained at a version (the toolkit's nvidia-cdi-refresh units, 1.18.0)
+    for since, extra in spec.get("files_since", {}).items():
+        if tuple(map(int, spec["version"].split("-")[0].split("."))) >= tuple(map(int, since.split("."))):
+            names += extra
+    for name in names:
         dest = root / FILE_DEST[name]
         dest.parent.mkdir(parents=True, exist_ok=True)
         dest.write_text((HERE / "files" / name).read_text().replace("@VERSION@", spec["version"].split("-")[0]))
@@ -268,7 +278,8 @@ def build(out: Path) -> None:
     fpr = make_key(out / "key" / "gnupg", KEY_UID)
     make_key(out / "rogue" / "gnupg", "rogue key that signs nothing (gpuhost.nvidia tests) <rogue@gpuhost.invalid>")
     home = out / "key" / "gnupg"
-    build_apt(out / "apt", packages(manifest["apt"], tk), home, fpr)
+    # apt_toolkit_versions: the apt repository also offers a current toolkit (#18), without moving rpm's newest
+    build_apt(out / "apt", packages(manifest["apt"], manifest.get("apt_toolkit_versions", tk)), home, fpr)
     rpm = manifest["rpm"]
     build_rpm_repo(out / "rpm" / "libnvidia-container", packages(rpm["libnvidia-container"], tk), home, fpr)
     build_rpm_repo(out / "rpm" / "cuda-rhel9", packages(rpm["cuda-rhel9"], tk), home, fpr, rpm.get("modules"))
