@@ -38,6 +38,7 @@ SIGNATURE_MAGIC = b"~Module signature appended~\n"
 BENIGN_THROTTLE = frozenset({"gpu_idle", "applications_clocks_setting", "sync_boost", "display_clock_setting"})
 HARD_THROTTLE = frozenset({"hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"})
 CONTAINERD_RUNTIME_TABLES = (
+    ("plugins", "cri", "containerd", "runtimes"),  # containerd 1.x (config version 1, or a config without a version line)
     ("plugins", "io.containerd.grpc.v1.cri", "containerd", "runtimes"),  # containerd 1.x (config version 2)
     ("plugins", "io.containerd.cri.v1.runtime", "containerd", "runtimes"),  # containerd 2.x (config version 3)
 )
@@ -51,6 +52,7 @@ DEFAULTS: dict[str, t.Any] = {
     "required_cuda": None,
     "vfio_devices": [],
     "ecc_corrected_warn": 100,
+    "compose_files": [],
 }
 
 
@@ -154,6 +156,7 @@ def read_host(facts: dict[str, t.Any], params: dict[str, t.Any], root: str = "/"
         "containerd_config": _file(root, params["containerd_config"]),
         "containerd_dropins": [d for d in dropins if d["exists"]],
         "cdi_specs": [s for s in cdi if s["exists"]],
+        "compose_files": [c for c in (_file(root, path) for path in params.get("compose_files") or []) if c["exists"]],
         "library_mtime": library_mtime,
         "char_links": _char_links(root, facts.get("device_nodes") or []),
         "cgroup_v2": os.path.isfile(_join(root, "/sys/fs/cgroup/cgroup.controllers")),
@@ -375,6 +378,35 @@ _CDI_KIND_RE = re.compile(r"""^\s*["']?kind["']?\s*:\s*["']?([^"',\s]+)""", re.M
 _CDI_LIB_RE = re.compile(r"libnvidia-ml\.so\.(\d+\.\d+(?:\.\d+)?)")
 
 
+_DEVICE_UUID_RE = re.compile(r"\b(?:GPU|MIG)-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b")
+
+
+def host_device_uuids(facts: dict[str, t.Any]) -> set[str]:
+    """The GPU and MIG device UUIDs the facts list (every GPU, whatever it is bound to)."""
+    uuids: set[str] = set()
+    for gpu in facts.get("gpus") or []:
+        if gpu.get("uuid"):
+            uuids.add(gpu["uuid"])
+        for mig in gpu.get("mig_devices") or []:
+            if isinstance(mig, dict) and mig.get("uuid"):
+                uuids.add(mig["uuid"])
+    return uuids
+
+
+def stale_devices(facts: dict[str, t.Any], files: t.Iterable[dict[str, t.Any]]) -> list[str]:
+    """'<file> names <uuids>' for each file that names GPU or MIG UUIDs the host does not have. Nothing is judged when
+    the facts list no UUID at all (no driver loaded: the UUIDs are unknown, not gone)."""
+    have = host_device_uuids(facts)
+    if not have:
+        return []
+    out = []
+    for entry in files:
+        gone = sorted(set(_DEVICE_UUID_RE.findall(entry.get("text") or "")) - have)
+        if gone:
+            out.append("%s names %s" % (entry["path"], ", ".join(gone)))
+    return out
+
+
 def check_cdi_spec(facts: dict[str, t.Any], host: dict[str, t.Any], params: dict[str, t.Any]) -> dict[str, str]:
     title = "CDI spec present, fresh, not duplicated"
     kind = params["cdi_kind"]
@@ -393,6 +425,12 @@ def check_cdi_spec(facts: dict[str, t.Any], host: dict[str, t.Any], params: dict
         return check("cdi_spec", title, FAIL, "%s names driver %s but the driver is %s" % (spec["path"], ", ".join(versions), driver_version), fix_generate)
     if host["library_mtime"] is not None and spec["mtime"] is not None and spec["mtime"] < host["library_mtime"]:
         return check("cdi_spec", title, WARN, "%s is older than the installed driver library" % spec["path"], fix_generate)
+    stale = stale_devices(facts, [spec] + host.get("compose_files", []))
+    if stale:
+        return check("cdi_spec", title, FAIL, "; ".join(stale) + ": the host no longer has these devices (a driver change, a GPU "
+                     "swap or MIG instances re-created with new UUIDs)",
+                     fix_generate + ", after the MIG layout is applied (nvidia-cdi-refresh.service runs after "
+                     "gpuhost-gpu-settings.service), and re-render the compose override (gpu_compose)")
     uuids = [g["uuid"] for g in _nvidia_gpus(facts, params["vfio_devices"]) if g.get("uuid")]
     missing = [u for u in uuids if u not in (spec["text"] or "")]
     if missing:

@@ -71,6 +71,14 @@ options:
     type: list
     elements: path
     default: [/etc/cdi, /var/run/cdi]
+  compose_files:
+    description:
+      - Compose files (such as the override M(gpuhost.nvidia.gpu_compose_override) writes) whose GPU and MIG UUIDs
+        the C(cdi_spec) check compares with the host's devices, as it does for the CDI spec. A file naming a device the
+        host no longer has (MIG instances re-created with new UUIDs) fails the check. Missing files are skipped.
+    type: list
+    elements: path
+    default: []
   cdi_kind:
     description: The CDI vendor and class of the NVIDIA GPUs.
     type: str
@@ -188,6 +196,7 @@ RULES: dict[str, _validate.Rule] = {
     "containerd_config": _validate.Path(),
     "containerd_conf_dir": _validate.Path(directory=True),
     "cdi_dirs": _validate.ListOf(_validate.Path(directory=True), max_items=16),
+    "compose_files": _validate.ListOf(_validate.Path(), max_items=64),
     "cdi_kind": _validate.Identifier(_validate.CDI_KIND_RE, "a CDI kind such as nvidia.com/gpu"),
     "runtime_name": _validate.Identifier(_validate.ENGINE_RUNTIME_RE, "a runtime name such as nvidia"),
     "ecc_corrected_warn": _validate.Integer(0, 2 ** 31, "a count of ECC errors"),
@@ -206,6 +215,7 @@ def main() -> None:
             containerd_config=dict(type="path", default=_doctor.DEFAULTS["containerd_config"]),
             containerd_conf_dir=dict(type="path", default=_doctor.DEFAULTS["containerd_conf_dir"]),
             cdi_dirs=dict(type="list", elements="path", default=list(_doctor.DEFAULTS["cdi_dirs"])),
+            compose_files=dict(type="list", elements="path", default=[]),
             cdi_kind=dict(type="str", default=_doctor.DEFAULTS["cdi_kind"]),
             runtime_name=dict(type="str", default=_doctor.DEFAULTS["runtime_name"]),
             ecc_corrected_warn=dict(type="int", default=_doctor.DEFAULTS["ecc_corrected_warn"]),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import tempfile
 import tomllib
@@ -26,7 +27,7 @@ DOCKERD = PROJECT / ".cache/dockerd-trixie/root/usr/sbin/dockerd"
 DOCKER_PROXY = DOCKERD.parent / "docker-proxy"
 EXPECTED = {
     # instance family: (installed toolkit version, configured runtimes)
-    "debian12": ("1.17.8", ["docker", "containerd", "crio"]),
+    "debian12": ("1.18.0", ["docker", "containerd", "crio"]),
     "rocky9": ("1.18.0", ["docker", "crio"]),
     "arch": ("1.17.8", ["containerd"]),
 }
@@ -67,9 +68,9 @@ def test_repository_signed_by_the_pinned_key(host, gpuhost_instance):
         assert "URIs: file:/srv/gpuhost-repos/apt/" in sources
         keyring = "/etc/apt/keyrings/gpuhost-nvidia-container-toolkit.asc"
         pin = host.file("/etc/apt/preferences.d/gpuhost-nvidia-container-toolkit.pref").content_string
-        assert "Pin: version 1.17.8-*" in pin and "Pin-Priority: 1001" in pin
-        # apt would pick 1.18.0 without the pin
-        assert "1.18.0-1" in host.run("apt-cache madison nvidia-container-toolkit").stdout
+        assert "Pin: version 1.18.0-*" in pin and "Pin-Priority: 1001" in pin
+        # apt would pick 1.20.0 without the pin
+        assert "1.20.0-1" in host.run("apt-cache madison nvidia-container-toolkit").stdout
     elif fam == "rocky9":
         repo = host.file("/etc/yum.repos.d/gpuhost-nvidia-container-toolkit.repo").content_string
         assert "repo_gpgcheck = 1" in repo and "gpgcheck = 1" in repo
@@ -139,18 +140,112 @@ def test_containerd_config_dump_shows_the_merge(host, gpuhost_instance):
     assert runtimes["nvidia"]["runtime_type"] == "io.containerd.runc.v2"
     assert runtimes["nvidia"]["options"] == {"BinaryName": RUNTIME, "SystemdCgroup": True}
     assert cri["containerd"]["default_runtime_name"] == "runc"
+    dropin = tomllib.loads(host.file("/etc/containerd/conf.d/99-nvidia.toml").content_string)
+    assert dropin["plugins"]["io.containerd.grpc.v1.cri"]["enable_cdi"] is True  # nvidia_container_toolkit_containerd_cdi
+
+
+# Real containerd (Debian 12's 1.6) starts on every config the role or the module wrote, on its own socket and state
+# directories, and serves `ctr version`: containerd validates the merged config only when it starts (a version 2
+# drop-in imported by a version 1 config passes `config dump` but is refused at start).
+START_CONTAINERD = r"""
+set -u
+dir=$(mktemp -d /tmp/gpuhost-containerd.XXXXXX)
+containerd --config "$1" --address "$dir/sock" --root "$dir/root" --state "$dir/state" >"$dir/log" 2>&1 &
+pid=$!
+for _ in $(seq 1 100); do
+    [ -S "$dir/sock" ] && ctr --address "$dir/sock" version >/dev/null 2>&1 && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+done
+ctr --address "$dir/sock" version; rc=$?
+kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+[ "$rc" -eq 0 ] || cat "$dir/log"
+rm -rf "$dir"
+exit "$rc"
+"""
+
+CONTAINERD_CASES = {
+    # config: (CRI plugin in the effective config, the runtime's expected table)
+    "/etc/containerd/config.toml": ("io.containerd.grpc.v1.cri", {
+        "runtime_type": "io.containerd.runc.v2", "options": {"BinaryName": RUNTIME, "SystemdCgroup": True}}),
+    "/etc/gpuhost-test/containerd-v1/config.toml": ("cri", {
+        "runtime_type": "io.containerd.runc.v2", "privileged_without_host_devices": False,
+        "options": {"BinaryName": RUNTIME, "Runtime": RUNTIME}}),
+    "/etc/gpuhost-test/containerd-crun/config.toml": ("io.containerd.grpc.v1.cri", {
+        "runtime_type": "io.containerd.runc.v2", "privileged_without_host_devices": True,
+        "options": {"BinaryName": RUNTIME, "SystemdCgroup": True}}),
+}
+
+
+@pytest.mark.parametrize("config", list(CONTAINERD_CASES))
+def test_real_containerd_starts_on_the_merged_config(host, gpuhost_instance, config):
+    if family(gpuhost_instance) != "debian12":
+        pytest.skip("real containerd runs on the Debian host")
+    plugin, expected = CONTAINERD_CASES[config]
+    started = host.run("sh -c %s - %s" % (shlex.quote(START_CONTAINERD), config))
+    assert started.rc == 0 and "Server:" in started.stdout, started.stdout + started.stderr
+    text = host.file(config).content_string
+    if plugin == "cri":  # version 1: the runtime is in the main config, no drop-in and no imports line
+        parsed = tomllib.loads(text)
+        assert parsed["version"] == 1 and "imports" not in parsed and parsed["disabled_plugins"] == ["cri"]
+        assert not host.file("/etc/gpuhost-test/containerd-v1/conf.d/99-nvidia.toml").exists
+        runtime = parsed["plugins"]["cri"]["containerd"]["runtimes"]["nvidia"]
+        assert parsed["plugins"]["cri"]["enable_cdi"] is True
+    else:
+        dump = host.run("containerd --config %s config dump" % config)
+        assert dump.rc == 0, dump.stderr
+        runtime = tomllib.loads(dump.stdout)["plugins"][plugin]["containerd"]["runtimes"]["nvidia"]
+    for key, value in expected.items():
+        assert runtime[key] == value, (key, runtime)
+
+
+# Real dockerd (Debian 12's 20.10) starts on the merged daemon.json with vfs storage and no iptables or bridge, and
+# lists the runtime. It is too old for CDI (Docker 25+); trixie's 26.1 checks features.cdi with --validate above.
+START_DOCKERD = r"""
+set -u
+dir=$(mktemp -d /tmp/gpuhost-dockerd.XXXXXX)
+dockerd --config-file /etc/docker/daemon.json --storage-driver vfs --iptables=false --ip-masq=false --bridge=none \
+    --data-root "$dir/root" --exec-root "$dir/exec" --pidfile "$dir/pid" -H "unix://$dir/sock" >"$dir/log" 2>&1 &
+pid=$!
+for _ in $(seq 1 150); do
+    docker -H "unix://$dir/sock" version >/dev/null 2>&1 && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.2
+done
+docker -H "unix://$dir/sock" info --format '{{json .Runtimes}}'; rc=$?
+kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+[ "$rc" -eq 0 ] || cat "$dir/log"
+rm -rf "$dir"
+exit "$rc"
+"""
+
+
+def test_real_dockerd_starts_on_the_merged_daemon_json(host, gpuhost_instance):
+    if family(gpuhost_instance) != "debian12":
+        pytest.skip("real dockerd runs on the Debian host")
+    started = host.run("sh -c %s" % shlex.quote(START_DOCKERD))
+    assert started.rc == 0, started.stdout + started.stderr
+    runtimes = json.loads(started.stdout.strip().splitlines()[-1])
+    assert runtimes["nvidia"]["path"] == RUNTIME
+    assert runtimes["crun"]["path"] == "/usr/bin/crun"
 
 
 def test_crio_dropin(host, gpuhost_instance):
     if "crio" not in EXPECTED[family(gpuhost_instance)][1]:
         pytest.skip("CRI-O is not configured here")
     dropin = tomllib.loads(host.file("/etc/crio/crio.conf.d/99-nvidia.conf").content_string)
-    assert dropin == {"crio": {"runtime": {"runtimes": {"nvidia": {"runtime_path": RUNTIME, "runtime_type": "oci"}}}}}
+    nvidia = {"runtime_path": RUNTIME, "runtime_type": "oci"}
+    if family(gpuhost_instance) == "rocky9":  # inherited from the default runtime (crun) of prepare's crio.conf
+        nvidia.update(runtime_root="/run/crun", monitor_path="/usr/libexec/crio/conmon")
+    assert dropin == {"crio": {"runtime": {"runtimes": {"nvidia": nvidia}}}}
 
 
 def test_cdi_spec_generated_valid_and_recorded(host, gpuhost_instance):
     fam = family(gpuhost_instance)
-    spec_text = host.file("/etc/cdi/nvidia.yaml").content_string
+    # Toolkit 1.18+ (the Debian host's apt stub) ships nvidia-cdi-refresh: the spec goes where the service writes it.
+    spec_path, other = ("/var/run/cdi/nvidia.yaml", "/etc/cdi/nvidia.yaml") if fam == "debian12" else \
+        ("/etc/cdi/nvidia.yaml", "/var/run/cdi/nvidia.yaml")
+    spec_text = host.file(spec_path).content_string
     spec = yaml.safe_load(spec_text)
     strategy = "uuid" if fam == "rocky9" else "index"
     assert f"device-name-strategy={strategy}" in spec_text  # the stub records the flag the role passed
@@ -160,10 +255,30 @@ def test_cdi_spec_generated_valid_and_recorded(host, gpuhost_instance):
     resolver_base = CDI_SCHEMA.parent.as_uri() + "/"
     jsonschema.validate(spec, schema, resolver=jsonschema.RefResolver(resolver_base, schema))
     record = json.loads(host.file("/var/lib/gpuhost-nvidia/cdi-nvidia.json").content_string)
-    assert record["spec"] == "/etc/cdi/nvidia.yaml" and record["generated"] is True
+    assert record["spec"] == spec_path and record["generated"] is True
     assert record["generated_for"]["device_name_strategy"] == strategy
     assert record["generated_for"]["toolkit_version"] == EXPECTED[fam][0]
-    assert not host.file("/var/run/cdi/nvidia.yaml").exists
+    assert not host.file(other).exists  # exactly one spec for the nvidia kind
+
+
+def test_cdi_refresh_units_enabled_ordered_and_configured(host, gpuhost_instance):
+    if family(gpuhost_instance) != "debian12":
+        assert not host.file("/etc/nvidia-container-toolkit/nvidia-cdi-refresh.env").exists
+        pytest.skip("the toolkit here has no nvidia-cdi-refresh units (pre-1.18 path)")
+    for unit in ("nvidia-cdi-refresh.path", "nvidia-cdi-refresh.service"):
+        assert host.service(unit).is_enabled, unit
+    assert host.service("nvidia-cdi-refresh.path").is_running
+    env = host.file("/etc/nvidia-container-toolkit/nvidia-cdi-refresh.env").content_string
+    lines = [line for line in env.splitlines() if line and not line.startswith("#")]
+    assert lines == ["NVIDIA_CTK_CDI_OUTPUT_FILE_PATH=/var/run/cdi/nvidia.yaml",
+                     "NVIDIA_CTK_CDI_GENERATE_DEVICE_NAME_STRATEGIES=index",
+                     "NVIDIA_CTK_CDI_GENERATE_FEATURE_FLAGS=disable-nvsandboxutils"]
+    show = host.run("systemctl show -p After -p Before nvidia-cdi-refresh.service").stdout
+    after = next(line for line in show.splitlines() if line.startswith("After="))
+    before = next(line for line in show.splitlines() if line.startswith("Before="))
+    assert "gpuhost-gpu-settings.service" in after
+    for unit in ("containerd.service", "docker.service", "kubelet.service"):
+        assert unit in before, (unit, before)
 
 
 def test_node_labels_file(host, gpuhost_instance):

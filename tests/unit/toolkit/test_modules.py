@@ -66,21 +66,24 @@ disabled_plugins = ["cri"]
 """
 
 
-def _warnings() -> list[str]:
-    from ansible.module_utils.common import warnings
-    return list(warnings.get_warning_messages())
+def _collect_warnings(monkeypatch) -> list[str]:
+    from ansible.module_utils import basic
+    seen: list[str] = []
+    monkeypatch.setattr(basic.AnsibleModule, "warn", lambda self, warning: seen.append(warning))
+    return seen
 
 
-def test_containerd_v1_config_is_merged_in_place_not_given_a_v2_dropin(run_module, tmp_path):
+def test_containerd_v1_config_is_merged_in_place_not_given_a_v2_dropin(run_module, tmp_path, monkeypatch):
     # Issue #18 case 1: containerd.io's default config has no version line, so containerd (and nvidia-ctk) read it as
     # version 1. A v2 drop-in plus an imports line made containerd 1.7 refuse the merged config.
     main = tmp_path / "config.toml"
     main.write_text(CONTAINERD_IO_DEFAULT)
     dropin = tmp_path / "conf.d" / "99-nvidia.toml"
     args = {"runtime": "containerd", "path": str(main), "dropin": str(dropin), "cdi": True}
+    warnings = _collect_warnings(monkeypatch)
     predicted = run_module(nvidia_container_runtime, args, check_mode=True)
     assert predicted["changed_files"] == [str(main)] and main.read_text() == CONTAINERD_IO_DEFAULT
-    assert any("disables containerd's CRI plugin" in w for w in _warnings())
+    assert any("disables containerd's CRI plugin" in w for w in warnings)
     real = run_module(nvidia_container_runtime, args)
     assert real["changed_files"] == [str(main)] and len(real["backup_files"]) == 1
     assert not dropin.exists()
@@ -118,14 +121,15 @@ def test_containerd_inherits_the_default_runtime_and_sets_enable_cdi(run_module,
         "options": {"BinaryName": "/usr/bin/nvidia-container-runtime", "SystemdCgroup": True}}
 
 
-def test_crio_inherits_from_crio_conf_and_warns_on_cdi(run_module, tmp_path):
+def test_crio_inherits_from_crio_conf_and_warns_on_cdi(run_module, tmp_path, monkeypatch):
     conf = tmp_path / "crio.conf"
     conf.write_text('[crio.runtime]\ndefault_runtime = "crun"\n[crio.runtime.runtimes.crun]\nruntime_path = "/usr/bin/crun"\n'
                     'runtime_root = "/run/crun"\nmonitor_path = "/usr/libexec/crio/conmon"\n')
     dropin = tmp_path / "crio.conf.d" / "99-nvidia.conf"
     args = {"runtime": "crio", "path": str(dropin), "crio_config": str(conf), "cdi": True}
+    warnings = _collect_warnings(monkeypatch)
     run_module(nvidia_container_runtime, args)
-    assert any("cdi was ignored for crio" in w for w in _warnings())
+    assert any("cdi was ignored for crio" in w for w in warnings)
     assert tomllib.loads(dropin.read_text())["crio"]["runtime"]["runtimes"]["nvidia"] == {
         "runtime_path": "/usr/bin/nvidia-container-runtime", "runtime_type": "oci", "runtime_root": "/run/crun",
         "monitor_path": "/usr/libexec/crio/conmon"}
