@@ -43,6 +43,8 @@ FILE_DEST = {
     "nvidia-persistenced": "usr/bin/nvidia-persistenced",
     "nvidia-persistenced.service": "usr/lib/systemd/system/nvidia-persistenced.service",
     "nvidia-fabricmanager.service": "usr/lib/systemd/system/nvidia-fabricmanager.service",
+    # nvidia_driver (#17): the apt preferences of the stand-in for NVIDIA's pinning package
+    "nvidia-driver-pinning-595": "etc/apt/preferences.d/nvidia-driver-pinning-595",
     # gpu_exporter (#22): DCGM's host engine and exporter, nvidia_gpu_exporter's release tarball (top-level binary)
     "dcgm-exporter": "usr/bin/dcgm-exporter",
     "nv-hostengine": "usr/bin/nv-hostengine",
@@ -280,6 +282,7 @@ def build(out: Path) -> None:
     home = out / "key" / "gnupg"
     # apt_toolkit_versions: the apt repository also offers a current toolkit (#18), without moving rpm's newest
     build_apt(out / "apt", packages(manifest["apt"], manifest.get("apt_toolkit_versions", tk)), home, fpr)
+    build_apt(out / "apt-cuda-debian13", driver_versions(manifest["apt-cuda-debian13"], manifest["apt-cuda-debian13-versions"]), home, fpr)
     rpm = manifest["rpm"]
     build_rpm_repo(out / "rpm" / "libnvidia-container", packages(rpm["libnvidia-container"], tk), home, fpr)
     build_rpm_repo(out / "rpm" / "cuda-rhel9", packages(rpm["cuda-rhel9"], tk), home, fpr, rpm.get("modules"))
