@@ -14,6 +14,7 @@ Every problem is raised as ``ComposeError`` with a message that names the servic
 from __future__ import annotations
 
 import os
+import math
 import re
 import traceback
 import typing as t
@@ -202,7 +203,6 @@ def facts_errors(facts: t.Any) -> list[str]:
     return errors
 
 
-
 def _check_size(value: t.Any) -> bool:
     if isinstance(value, bool):
         return False
@@ -276,7 +276,7 @@ def _check_environment(name: str, environment: t.Any, errors: list[str]) -> None
         elif isinstance(value, str) and (len(value) > MAX_ENV_VALUE or bad_character(value, ascii_only=False)):
             errors.append("service %r: environment %s: the value %s %s" % (
                 name, key, show(value), bad_character(value, ascii_only=False) or "is longer than %d characters" % MAX_ENV_VALUE))
-        elif isinstance(value, float) and value != value:
+        elif isinstance(value, float) and math.isnan(value):
             errors.append("service %r: environment %s: the value %r is not a number" % (name, key, value))
 
 

@@ -502,7 +502,7 @@ def check_cuda_for_gpus(cuda: str, arch_by_gpu: Sequence[tuple[t.Any, str | None
     for bus, arch in arch_by_gpu:
         last = _catalog.last_cuda_major(arch) if arch else None
         if last is not None and parts[0] > last:
-            errors.append("%s GPU %s cannot run CUDA %s: CUDA %d.x is the last toolkit for %s" % (arch, bus, cuda, last, arch))
+            errors.append("%s GPU %s cannot run CUDA %s: CUDA %s.x is the last toolkit for %s" % (arch, bus, cuda, last, arch))
     return errors
 
 
@@ -646,7 +646,8 @@ def resolve_packages(plan_result: Mapping[str, t.Any], table: Mapping[str, t.Any
         hold.update(resolved[key])
     resolved["hold"] = sorted(n for n in hold if n)
     resolved["errors"] = sorted(
-        {"package name %r needs %s, which the plan does not set" % (n, m.group(0)) for n in resolved["hold"] + [resolved["pinning"]] for m in [_PLACEHOLDER_RE.search(n)] if m}
+        {"package name %r needs %s, which the plan does not set" % (n, m.group(0))
+         for n in resolved["hold"] + [resolved["pinning"]] for m in [_PLACEHOLDER_RE.search(n)] if m}
     )
     return resolved
 

@@ -410,4 +410,3 @@ def reset_gpu(run: Runner, binary: str, gpu: t.Mapping[str, t.Any]) -> None:
         raise ApplyError(
             "%s: GPU reset failed: %s exited with %d: %s" % (_settings.gpu_label(gpu), " ".join(argv), rc, detail[0] if detail else "no output"), []
         )
-

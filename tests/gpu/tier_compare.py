@@ -235,7 +235,7 @@ def compare(name: str, rows: list[tuple[str, dict[str, t.Any]]], what: str = "")
         compared.append((label, present))
         seen.update(present)
         items = list(present.items())
-        if any(not _same(items[0][1], v) for _, v in items[1:]):
+        if any(not _same(items[0][1], value) for _key, value in items[1:]):
             bad.append("%s: %s" % (label, " ".join("%s=%s" % (k, _show(v)) for k, v in items)))
     if bad:
         return {"name": name, "status": FAIL, "detail": "; ".join(bad)}

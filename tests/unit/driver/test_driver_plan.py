@@ -386,8 +386,8 @@ def test_packages_follow_the_branch():
     assert p580["hold"] == sorted(["nvidia-dkms-580-open", "nvidia-dkms-580", "libnvidia-compute-580", "nvidia-utils-580", "nvidia-driver-580-open",
                                    "cuda-drivers-580", "nvidia-fabricmanager", "nvidia-compute-utils-580"])  # not nvlsm
     p595 = _driver.resolve_packages({"branch": 595, "version": None}, UBUNTU_NVIDIA_TABLE)
-    assert (p595["module"]["open"], p595["userspace"], p595["pinning"]) == (["nvidia-dkms-open"], ["libnvidia-compute", "nvidia-utils"],
-                                                                           "nvidia-driver-pinning-595")
+    expected = (["nvidia-dkms-open"], ["libnvidia-compute", "nvidia-utils"], "nvidia-driver-pinning-595")
+    assert (p595["module"]["open"], p595["userspace"], p595["pinning"]) == expected
     exact = _driver.resolve_packages({"branch": 595, "version": "595.71.05"}, UBUNTU_NVIDIA_TABLE)
     assert exact["pinning"] == "nvidia-driver-pinning-595.71.05"
     p535 = _driver.resolve_packages({"branch": 535, "version": None}, UBUNTU_NVIDIA_TABLE)

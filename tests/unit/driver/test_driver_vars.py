@@ -125,8 +125,8 @@ def test_debian12_defaults_to_nvidia_580_with_nvidias_apt_key():
     assert host.repo() == {"url": CUDA + "debian12/x86_64/", "key_url": CUDA + "debian12/x86_64/3bf863cc.pub",
                            "key_fingerprint": "EB693B3035CD5710E231E123A4B469963BF863CC"}
     pkgs = host.packages(plan)
-    assert (pkgs["module"]["open"], pkgs["userspace"], pkgs["pinning"]) == (["nvidia-kernel-open-dkms"], ["nvidia-driver-cuda"],
-                                                                           "nvidia-driver-pinning-580")
+    expected = (["nvidia-kernel-open-dkms"], ["nvidia-driver-cuda"], "nvidia-driver-pinning-580")
+    assert (pkgs["module"]["open"], pkgs["userspace"], pkgs["pinning"]) == expected
 
 
 def test_debian12_distro_source_holds_debians_535_by_exact_name():

@@ -102,8 +102,8 @@ def test_runtime_path_with_whitespace_refused(run_module, host, value):
     refused(runtime(run_module, host, runtime_path=value), host, before, "runtime_path", value)
 
 
-DROPIN_CASES = [v for _i, v in PATH_CASES] + ["/etc/containerd/conf.d/99-nvidia.conf", "/etc/conta*rd/conf.d/99-nvidia.toml",
-                                               "/etc/containerd/conf[1].d/x.toml"]
+DROPIN_CASES = [v for _i, v in PATH_CASES] + [
+    "/etc/containerd/conf.d/99-nvidia.conf", "/etc/conta*rd/conf.d/99-nvidia.toml", "/etc/containerd/conf[1].d/x.toml"]
 
 
 @pytest.mark.parametrize("value", DROPIN_CASES, ids=[i for i, _v in PATH_CASES] + ["not-toml", "glob-star", "glob-class"])
@@ -173,12 +173,14 @@ BROKEN_CONTAINERD = [
     ("runc-is-a-string", 'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd.runtimes]\nrunc = "x"\n', ".runtimes.runc must be a table"),
     ("options-is-a-string", 'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]\noptions = "x"\n', ".runc.options must be a table"),
     ("our-runtime-is-a-string", 'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd.runtimes]\nnvidia = "x"\n', ".runtimes.nvidia must be a table"),
-    ("runtime-type-is-a-number", 'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]\nruntime_type = 1\n', "runtime_type must be a string"),
+    ("runtime-type-is-a-number", 'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]\nruntime_type = 1\n',
+     "runtime_type must be a string"),
     ("version-is-a-string", 'version = "2"\n', "has config version '2'"),
     ("version-is-a-boolean", "version = true\n", "has config version True"),
     ("imports-is-a-string", 'version = 2\nimports = "/etc/x/*.toml"\n', "imports must be a list of paths"),
     ("imports-holds-a-number", "version = 2\nimports = [1]\n", "imports must be a list of paths"),
-    ("a-date-in-runc-options", 'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]\nWhen = 1979-05-27\n', "cannot write a date"),
+    ("a-date-in-runc-options", 'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]\nWhen = 1979-05-27\n',
+     "cannot write a date"),
     ("not-toml", "version = = 2\n", "is not valid TOML"),
 ]
 

@@ -26,8 +26,8 @@ REFUSED = {
     "text": hostile.text_classes("control", "whitespace", "non_ascii", "empty", "huge"),
     "identifier": hostile.text_classes("control", "shell", "whitespace", "non_ascii", "empty", "huge") + [("upper", "Nvidia")],
     "kernel": hostile.text_classes("control", "shell", "whitespace", "non_ascii", "empty", "huge") + [("no-key", "=x")],
-    "path": hostile.text_classes("control", "non_ascii", "empty", "huge") + [("relative", "a/b"), ("traversal", "/a/../b"),
-                                                                           ("dot", "/a/./b"), ("trailing", "/a/")],
+    "path": hostile.text_classes("control", "non_ascii", "empty", "huge") + [
+        ("relative", "a/b"), ("traversal", "/a/../b"), ("dot", "/a/./b"), ("trailing", "/a/")],
     "filename": hostile.text_classes("control", "shell", "whitespace", "non_ascii", "empty", "huge")
     + [("parent", "../x.yaml"), ("dir", "a/x.yaml"), ("suffix", "x.txt"), ("bare-suffix", ".yaml"), ("dots", "..")],
 }
