@@ -287,6 +287,7 @@ def build(out: Path) -> None:
     build_rpm_repo(out / "rpm" / "libnvidia-container", packages(rpm["libnvidia-container"], tk), home, fpr)
     build_rpm_repo(out / "rpm" / "cuda-rhel9", packages(rpm["cuda-rhel9"], tk), home, fpr, rpm.get("modules"))
     build_rpm_repo(out / "rpm" / "cuda-rhel10", driver_versions(rpm["cuda-rhel10"], rpm["cuda-rhel10-versions"]), home, fpr)
+    build_rpm_repo(out / "rpm" / "baseos-el10", rpm["baseos-el10"], home, fpr)
     build_pacman(out / "pacman", packages(manifest["pacman"], tk), home, fpr)
     build_tarballs(out / "tarballs", manifest.get("tarballs", []))
     tampered_copy(out / "apt", out / "tampered" / "apt", "libnvidia-container1_1.18.0-1_*.deb")
