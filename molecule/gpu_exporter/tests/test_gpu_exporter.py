@@ -33,9 +33,11 @@ def test_unit_enabled_running_and_hardened(host, gpuhost_instance):
     kind, port = KIND[role(gpuhost_instance)]
     unit = host.service("gpuhost-gpu-exporter.service")
     assert unit.is_enabled and unit.is_running
-    props = dict(line.split("=", 1) for line in host.check_output(
+    lines = [line.split("=", 1) for line in host.check_output(
         "systemctl show gpuhost-gpu-exporter.service -p DynamicUser -p ProtectSystem -p DevicePolicy -p DeviceAllow "
-        "-p NoNewPrivileges -p ProtectHome -p CapabilityBoundingSet -p ExecStart").splitlines())
+        "-p NoNewPrivileges -p ProtectHome -p CapabilityBoundingSet -p ExecStart").splitlines()]
+    props = dict(lines)
+    props["DeviceAllow"] = " ".join(value for key, value in lines if key == "DeviceAllow")
     assert props["DynamicUser"] == "yes" and props["ProtectSystem"] == "strict" and props["DevicePolicy"] == "closed"
     assert props["NoNewPrivileges"] == "yes" and props["ProtectHome"] == "yes" and props["CapabilityBoundingSet"] == ""
     assert f":{port}" in props["ExecStart"]
