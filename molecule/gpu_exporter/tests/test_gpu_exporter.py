@@ -163,7 +163,8 @@ def test_fleet_report_over_the_test_hosts(host, gpuhost_instance, tmp_path):
         pytest.skip("one report run covers every host")
     out = EPHEMERAL / "report"
     env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json", GPUHOST_RECORD_RUNS="0")
-    proc = subprocess.run(["ansible-playbook", "-i", os.environ["MOLECULE_INVENTORY_FILE"], "-i", str(SCENARIO / "report_inventory.yml"),
+    extra_inventory = str(SCENARIO / "report" / "inventory" / "hosts.yml")
+    proc = subprocess.run(["ansible-playbook", "-i", os.environ["MOLECULE_INVENTORY_FILE"], "-i", extra_inventory,
                            str(SCENARIO.parents[1] / "playbooks" / "report.yml"), "-e", f"gpuhost_report_dir={out}",
                            "-e", "ansible_python_interpreter=/usr/bin/python3", "-e", "gpuhost_targets=all:!localhost"],
                           env=env, capture_output=True, text=True, check=False)
