@@ -122,7 +122,9 @@ def test_containerd_config_dump_shows_the_merge(host, gpuhost_instance):
             assert main == {"version": 2, "imports": ["/etc/containerd/conf.d/*.toml"]}
             dropin = tomllib.loads(host.file("/etc/containerd/conf.d/99-nvidia.toml").content_string)
             runtime = dropin["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]["nvidia"]
-            assert runtime == {"runtime_type": "io.containerd.runc.v2", "options": {"BinaryName": RUNTIME}}
+            # no runtime to inherit from: nvidia-ctk's defaults, less the empty runtime_engine/runtime_root
+            assert runtime == {"runtime_type": "io.containerd.runc.v2", "privileged_without_host_devices": False,
+                               "options": {"BinaryName": RUNTIME}}
             return
         pytest.skip("containerd is not configured on %s" % fam)
     main_text = host.file("/etc/containerd/config.toml").content_string
