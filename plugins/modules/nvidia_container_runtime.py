@@ -33,7 +33,7 @@ description:
   - V(crio) writes a drop-in file with C([crio.runtime.runtimes.<name>]). The runtime inherits every setting of the
     first of C(crio.conf)'s default runtime, C(runc) and C(crun) (O(crio_config)), with C(runtime_type = "oci").
   - V(docker) differs from C(nvidia-ctk) on purpose in one place. C(nvidia-ctk) replaces C(runtimes.<name>) with
-    C({"path": ..., "args": []}); this module sets only C(path) and keeps the entry's other keys, such as
+    a C(path) and an empty C(args) list; this module sets only C(path) and keeps the entry's other keys, such as
     C(runtimeArgs) (the key dockerd reads; dockerd has no C(args) key, so writing one adds nothing).
   - A file that cannot be parsed (invalid JSON or TOML), or whose tables the merge needs hold something else (a CRI
     plugin table that is a string), fails the task before anything is written, naming the file, the key and the
