@@ -138,8 +138,8 @@ def _bar_chart(title: str, data: dict[str, int], chart_id: str, limit: int = 12)
     """A horizontal bar chart as inline SVG (the largest ``limit`` values, the rest summed as "other")."""
     items = list(data.items())
     if len(items) > limit:
-        items = items[:limit - 1] + [("other", sum(v for _, v in items[limit - 1:]))]
-    top = max([v for _, v in items] or [1]) or 1
+        items = items[:limit - 1] + [("other", sum(count for _label, count in items[limit - 1:]))]
+    top = max([count for _label, count in items] or [1]) or 1
     bar_h, label_w, width = 18, 170, 420
     height = max(1, len(items)) * (bar_h + 6) + 4
     parts = [f'<figure class="chart" id="{chart_id}"><figcaption>{html.escape(title)}</figcaption>'

@@ -102,7 +102,7 @@ def prometheus(tmp_path_factory):
         deadline = time.monotonic() + 60
         while True:
             try:
-                if len([r for r in _query(base, "up == 1")]) == 2 and _query(base, "DCGM_FI_DEV_GPU_UTIL") and _query(base, "nvidia_smi_gpu_info"):
+                if len(_query(base, "up == 1")) == 2 and _query(base, "DCGM_FI_DEV_GPU_UTIL") and _query(base, "nvidia_smi_gpu_info"):
                     break
             except OSError:
                 pass

@@ -57,7 +57,7 @@ def relayout(fake: t.Any) -> None:
     for gi in list(handle.gpu["gpu_instances"]):
         gi["compute_instances"] = []
         nv.nvmlGpuInstanceDestroy(nv.nvmlDeviceGetGpuInstanceById(handle, gi["id"]))
-    for _ in range(2):
+    for _instance in range(2):
         instance = nv.nvmlDeviceCreateGpuInstance(handle, 2)
         nv.nvmlGpuInstanceCreateComputeInstance(instance, 2)
     nv.nvmlShutdown()

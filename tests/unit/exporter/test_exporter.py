@@ -42,7 +42,7 @@ def scrape(tmp_path: Path, stub: str, *args: str) -> str:
     flag = ["-a", f"127.0.0.1:{port}"] if stub == "dcgm-exporter" else [f"--web.listen-address=127.0.0.1:{port}"]
     proc = subprocess.Popen(["sh", str(FILES / stub), *flag, *args], env={"GPUHOST_STUB_GPUS": str(tmp_path / "gpus.json"), "PATH": "/usr/bin:/bin"})
     try:
-        for _ in range(100):
+        for _attempt in range(100):
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as resp:  # noqa: S310 - localhost
                     return resp.read().decode()
@@ -76,7 +76,7 @@ def test_dcgm_stub_serves_every_collector_for_every_gpu_in_dcgm_exporters_format
     promtool_check(text)
     series = re.findall(r"^(DCGM_FI_\w+)\{([^}]*)\} (\S+)$", text, re.M)
     fields = [r["field"] for r in DEFAULTS["gpu_exporter_dcgm_collectors"]]
-    assert sorted({name for name, _, _ in series}) == sorted(fields)
+    assert sorted({entry[0] for entry in series}) == sorted(fields)
     assert len(series) == len(fields) * 2
     labels = dict(re.findall(r'(\w+)="([^"]*)"', series[0][1]))
     assert list(labels) == ["gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "DCGM_FI_DRIVER_VERSION"]
