@@ -1,5 +1,5 @@
-"""Verify playbooks/site.yml on Debian 12, emulated Rocky 9 and emulated Arch: the summary each host wrote and printed,
-and the real state the driver, gpu_settings and gpu_compose roles left behind.
+"""Verify playbooks/site.yml on Debian 12, Debian 13, emulated Rocky 9 and emulated Arch: the summary each host wrote
+and printed, and the real state the driver, gpu_settings and gpu_compose roles left behind.
 
 No GPU exists in the containers: the facts say no_gpu, the driver is installed because the scenario forces it, and
 its kernel module is not loaded.
@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,12 @@ UUID = "GPU-3f1c2a51-0a6e-4b6b-9a55-2d4ac6f0e001"
 FAMILY = {
     "debian12": {
         "host": "Debian 12",
+        "driver": ["nvidia-open-kernel-dkms", "nvidia-smi", "libcuda1"],
+        "settings": ["nvidia-persistenced", "nvidia-smi", "python3-pynvml"],
+        "compose": ["python3-yaml"],
+    },
+    "debian13": {
+        "host": "Debian 13",
         "driver": ["nvidia-open-kernel-dkms", "nvidia-smi", "libcuda1"],
         "settings": ["nvidia-persistenced", "nvidia-smi", "python3-pynvml"],
         "compose": ["python3-yaml"],
@@ -76,7 +83,8 @@ def test_summary_file_says_what_each_role_did(summary, gpuhost_instance, family)
     assert "facts      state=no_gpu" in text
     assert "GPUs       none: this host has no NVIDIA display/3D PCI function" in text
     # Debian's real userland carries libnvidia-ml; the stub packages of the emulated hosts carry no library.
-    driver = "driver     not loaded; userland 535." if family == "debian12" else "driver     not loaded, not installed"
+    driver = {"debian12": "driver     not loaded; userland 535.", "debian13": "driver     not loaded; userland 550.163.01"}.get(
+        family, "driver     not loaded, not installed")
     assert any(line.strip().startswith(driver) for line in summary), text
     assert "reboot     reboot_required=true" in text
     assert "- the nvidia kernel module is not loaded" in text
@@ -126,7 +134,34 @@ def test_driver_source_per_family(host, family):
         assert "[gpuhost-test]" in conf and "Server = file:///srv/gpuhost-repos/pacman" in conf
         assert host.check_output("pacman -Q nvidia-utils") == "nvidia-utils 580.76.05-1"
     else:
-        assert host.package("nvidia-smi").version.startswith("535.")
+        assert host.package("nvidia-smi").version.startswith(BRANCH[family] + ".")
+        pref = host.file("/etc/apt/preferences.d/gpuhost-nvidia-driver.pref").content_string
+        assert f"Pin: version {BRANCH[family]}.*\nPin-Priority: 1001" in pref, pref
+        # The exact-name pin holds the installed module package at 1001 (apt-cache policy lists the pinned version).
+        policy = host.check_output("apt-cache policy nvidia-open-kernel-dkms")
+        assert f"Installed: {host.package('nvidia-open-kernel-dkms').version}" in policy
+        assert " 1001" in policy, policy
+    if family == "debian13":
+        assert host.package("nvidia-open-kernel-dkms").version.startswith("550.163.01"), "Debian 13's non-free 550.163.01"
+
+
+# The driver's branch on each family; no role installs another branch's userland.
+BRANCH = {"debian12": "535", "debian13": "550", "rocky9": "580", "arch": "580"}
+
+
+def test_gpu_settings_installs_the_drivers_branch_only(host, family):
+    """gpu_settings installs nvidia_driver_userland's packages at the driver's branch, never a second branch."""
+    for name in FAMILY[family]["settings"]:
+        if name.startswith(("python3-", "python-")):
+            continue
+        assert host.package(name).version.split(":")[-1].startswith(BRANCH[family] + "."), (name, host.package(name).version)
+    if family.startswith("debian"):
+        # Every installed package whose version is a driver version (Debian's helper packages carry dates instead).
+        # nvidia-modprobe is its own Debian source package with its own version (trixie: 570.133.07), not driver userland.
+        installed = host.check_output("dpkg-query -W -f '${db:Status-Abbrev} ${Package} ${Version}\\n' '*nvidia*' 'libcuda*'")
+        branches = {m.group(2) for m in re.finditer(r"^ii +(\S+) (?:\d+:)?(\d{3})\.\d+", installed, re.M)
+                    if m.group(1) != "nvidia-modprobe"}
+        assert branches == {BRANCH[family]}, installed
 
 
 def test_gpu_settings_packages_and_units(host, family):
@@ -149,7 +184,7 @@ def test_compose_override_from_the_synthetic_facts(host, family):
     assert app["environment"]["NVIDIA_VISIBLE_DEVICES"] == UUID
 
 
-TOOLKIT_VERSION = {"debian12": "1.17.8", "rocky9": "1.18.0", "arch": "1.17.8"}
+TOOLKIT_VERSION = {"debian12": "1.17.8", "debian13": "1.17.8", "rocky9": "1.18.0", "arch": "1.17.8"}
 
 
 def test_toolkit_installed_and_runtime_merged(host, family):
