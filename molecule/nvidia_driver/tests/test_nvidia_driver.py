@@ -33,11 +33,17 @@ EXPECTED = {
     },
     "rocky9": {"installed": ["nvidia-driver", "kmod-nvidia-open-dkms", "nvidia-persistenced", "nvidia-fabric-manager"], "absent": [],
                "branch": "580"},
+    "debian13-nvidia": {"installed": ["nvidia-driver-pinning-595", "nvidia-kernel-open-dkms", "nvidia-driver-cuda", "nvidia-smi"],
+                        "absent": ["nvidia-open-kernel-dkms", "nvidia-kernel-dkms"], "branch": "595"},
+    "rocky10": {"installed": ["nvidia-driver", "kmod-nvidia-open-dkms", "nvidia-persistenced"],
+                "absent": ["nvidia-fabric-manager"], "branch": "580"},
     "arch": {"installed": ["nvidia-utils", "nvidia-open-dkms"], "absent": ["nvidia-open"], "branch": "580"},
 }
 INITRAMFS_LOG = {
     "debian12-proprietary": ("/var/log/gpuhost-update-initramfs.log", "-u -k all"),
+    "debian13-nvidia": ("/var/log/gpuhost-update-initramfs.log", "-u -k all"),
     "rocky9": ("/var/log/gpuhost-stub-dracut.log", "-f --regenerate-all"),
+    "rocky10": ("/var/log/gpuhost-stub-dracut.log", "-f --regenerate-all"),
     "arch": ("/var/log/gpuhost-stub-mkinitcpio.log", "mkinitcpio -P"),
 }
 
@@ -69,10 +75,32 @@ def test_branch_is_pinned(host, case):
         module = "nvidia-kernel-dkms" if case.endswith("proprietary") else "nvidia-open-kernel-dkms"
         policy = host.check_output(f"apt-cache policy {module}")
         assert re.search(rf"\*\*\* {branch}\.\S+ 1001", policy), policy
+    elif case == "debian13-nvidia":
+        # NVIDIA's pinning package holds the branch; the role writes no preferences of its own.
+        assert not host.file("/etc/apt/preferences.d/gpuhost-nvidia-driver.pref").exists
+        assert "Pin: version 595.*" in host.file("/etc/apt/preferences.d/nvidia-driver-pinning-595").content_string
+        for name in ("nvidia-kernel-open-dkms", "nvidia-driver-cuda", "nvidia-smi"):
+            assert host.package(name).version == "595.71.05-1", name
+            madison = host.check_output(f"apt-cache madison {name}")
+            assert "610.10.02-1" in madison, madison  # the newer branch is offered, and not installed
+        assert "Candidate: 595.71.05-1" in host.check_output("apt-cache policy nvidia-driver-cuda")
     elif case == "rocky9":
         stream = host.file("/etc/dnf/modules.d/nvidia-driver.module").content_string
         assert "stream=580-open" in stream and "state=enabled" in stream
         assert re.search(r"nvidia-driver\s+580-open \[e\]", host.check_output("dnf -q module list --enabled nvidia-driver"))
+    elif case == "rocky10":
+        # No module streams on EL 10: the real dnf versionlock plugin (trixie's dnf-plugins-core) holds the branch.
+        assert not host.file("/etc/dnf/modules.d/nvidia-driver.module").exists
+        lock = host.file("/etc/dnf/plugins/versionlock.list").content_string
+        block = lock.split("# BEGIN gpuhost.nvidia.nvidia_driver\n")[1].split("# END gpuhost.nvidia.nvidia_driver")[0].splitlines()
+        assert "nvidia-driver-580.*" in block and "kmod-nvidia-open-dkms-580.*" in block and "nvidia-persistenced-580.*" in block, block
+        assert all(line.endswith("-580.*") for line in block), block
+        assert host.check_output("rpm -q --qf '%{EPOCH}:%{VERSION}' nvidia-driver kmod-nvidia-open-dkms") == "3:580.65.06" * 2
+        # The repository offers 595 too: without the lock dnf would upgrade to it; with the lock it has nothing to do.
+        unlocked = host.run("dnf --assumeno --disableplugin=versionlock upgrade")
+        assert unlocked.rc == 1 and re.search(r"nvidia-driver +x86_64 +3:595\.71\.05-1\.el10", unlocked.stdout), unlocked.stdout
+        locked = host.run("dnf --assumeno upgrade")
+        assert locked.rc == 0 and "Nothing to do." in locked.stdout and "595." not in locked.stdout, locked.stdout
     else:
         assert host.check_output("pacman-conf IgnorePkg").split() == [
             "nvidia-utils", "nvidia-open", "nvidia-open-dkms", "nvidia-settings", "opencl-nvidia", "lib32-nvidia-utils"]
@@ -103,9 +131,15 @@ def test_repository_and_pinned_key(host, case):
         assert not host.file("/etc/apt/sources.list.d/gpuhost-nvidia-cuda.sources").exists  # Debian's own archive
         return
     fingerprint = host.file("/srv/gpuhost-repos/key/fingerprint").content_string.strip()
-    if case == "rocky9":
+    if case == "debian13-nvidia":
+        sources = host.file("/etc/apt/sources.list.d/gpuhost-nvidia-cuda.sources").content_string
+        for line in ("URIs: file:///srv/gpuhost-repos/apt-cuda-debian13", "Suites: /",
+                     "Signed-By: /etc/apt/keyrings/gpuhost-nvidia-cuda.asc"):
+            assert line in sources, sources
+        key = "/etc/apt/keyrings/gpuhost-nvidia-cuda.asc"
+    elif case.startswith("rocky"):
         repo = host.file("/etc/yum.repos.d/gpuhost-nvidia-cuda.repo").content_string
-        for line in ("baseurl = file:///srv/gpuhost-repos/rpm/cuda-rhel9", "gpgcheck = 1", "repo_gpgcheck = 1",
+        for line in ("baseurl = file:///srv/gpuhost-repos/rpm/cuda-rhel" + case[len("rocky"):], "gpgcheck = 1", "repo_gpgcheck = 1",
                      "gpgkey = file:///etc/pki/rpm-gpg/RPM-GPG-KEY-gpuhost-nvidia-cuda"):
             assert line in repo, repo
         key = "/etc/pki/rpm-gpg/RPM-GPG-KEY-gpuhost-nvidia-cuda"
@@ -137,6 +171,10 @@ def test_reboot_required_fact_and_report(runs, case):
     assert "nouveau blacklisted in /etc/modprobe.d/gpuhost-nvidia-blacklist-nouveau.conf; initramfs regenerated" in report
     assert "nvidia_driver: reboot required: " in report
     assert "nvidia_driver: already installed: " in "\n".join(second["report"])
+    if case == "rocky10":
+        assert "nvidia_driver: pinned to 580 with dnf versionlock" in report, report
+    if case == "debian13-nvidia":
+        assert "nvidia_driver: pinned to 595 with the pinning package nvidia-driver-pinning-595" in report, report
 
 
 BAD = {
@@ -147,6 +185,17 @@ BAD = {
     ]),
     "unknown_branch": ("debian12-proprietary", ["unknown driver branch 999"]),
     "unsupported_distribution": ("debian12-proprietary", ["unsupported distribution Gentoo 2.17"]),
+    "pascal_branch_595": ("debian12-proprietary", [
+        "driver branch 595 no longer supports Pascal GPU 0000:01:00.0: its last branch is 580; set nvidia_driver_branch: 580",
+    ]),
+    "pascal_default_debian13": ("debian13", [
+        "driver branch 595 no longer supports Pascal GPU 0000:01:00.0: its last branch is 580; branch 595 is the default of "
+        "the nvidia source on Debian 13",
+        "set nvidia_driver_branch: 580 where a source offers it",
+    ]),
+    "hostile_repo_url": ("debian12-proprietary", [
+        "nvidia_driver_repo_url: 'file:///srv/gpuhost-repos/apt\\nSigned-By: /tmp/other.asc' holds the control character '\\n'",
+    ]),
     "rogue_key": ("rocky9", ["does not match the pinned fingerprint: expected "]),
 }
 
@@ -157,9 +206,8 @@ def bad_runs():
     names = {bad: f"gpuhost-nvidia_driver-bad-{bad.replace('_', '-')}" for bad in BAD}
     images = {}
     for bad, (instance_case, _messages) in BAD.items():
-        image = subprocess.run(["podman", "inspect", "--format", "{{.ImageName}}", PREFIX + instance_case],
-                               capture_output=True, text=True, check=True).stdout.strip()
-        images[bad] = image
+        # The test host image of the case's family (what the scenario's instances run), so DISTRO runs have it too.
+        images[bad] = f"localhost/gpuhost-{instance_case.split('-')[0]}:latest"
     try:
         with concurrent.futures.ThreadPoolExecutor(max_workers=len(BAD)) as pool:
             list(pool.map(lambda bad: start_fresh_host(images[bad], names[bad]), BAD))
