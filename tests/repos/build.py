@@ -255,7 +255,7 @@ def build_tarballs(out: Path, specs: list[dict]) -> None:
             root = Path(tmp)
             stage_files(root, spec)
             name = f"{spec['name']}_{spec['version']}_linux_x86_64.tar.gz"
-            run(["tar", "--owner=0", "--group=0", "--mtime=@0", "-czf", str(out / name), "-C", str(root), "."])
+            run(["tar", "--owner=0", "--group=0", "--mtime=@0", "-czf", str(out / name), "-C", str(root), *sorted(x.name for x in root.iterdir())])
             sums.append(f"{hashlib.sha256((out / name).read_bytes()).hexdigest()}  {name}")
     (out / "checksums.txt").write_text("\n".join(sums) + "\n")
 

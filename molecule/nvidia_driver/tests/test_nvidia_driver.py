@@ -207,7 +207,7 @@ def bad_runs():
     images = {}
     for bad, (instance_case, _messages) in BAD.items():
         # The test host image of the case's family (what the scenario's instances run), so DISTRO runs have it too.
-        images[bad] = f"localhost/gpuhost-{instance_case.split('-')[0]}:latest"
+        images[bad] = f"localhost/gpuhost-{instance_case.split('-', maxsplit=1)[0]}:latest"
     try:
         with concurrent.futures.ThreadPoolExecutor(max_workers=len(BAD)) as pool:
             list(pool.map(lambda bad: start_fresh_host(images[bad], names[bad]), BAD))
