@@ -8,7 +8,8 @@
 #   SCENARIOS="repos gpu_compose" tests/rehearsal/run.sh
 #                                          every tier, only these Molecule scenarios (quicker; the summary says
 #                                          which scenarios it left out)
-# Logs: tests/output/rehearsal/ (ci.log: the whole .ci/run output; summary.txt).
+# Logs: tests/output/rehearsal/ (ci.log: the whole .ci/run output; summary.txt; inside/: the tiers' and
+# scenarios' own logs from the clone).
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$repo"
@@ -19,7 +20,7 @@ scenarios="${SCENARIOS:-}"
 shared="$(cd "$repo/.." && pwd)/shared"
 log() { printf '[rehearsal] %s\n' "$*"; }
 
-rm -rf "$out" && mkdir -p "$out"
+rm -rf "$out" && mkdir -p "$out/inside"
 [[ -z "$(git status --porcelain --untracked-files=no)" ]] || log "note: uncommitted changes are NOT rehearsed (a clean clone of HEAD $(git rev-parse --short HEAD) is)"
 
 base=$(tests/hosts/build.sh --bare)
@@ -100,5 +101,7 @@ if ((rc != 0)); then
     echo "----- the end of ci.log:"
     tail -n 60 "$out/ci.log"
 fi
+# Keep what the tiers wrote inside (per-tier and per-scenario logs) before the clone goes.
+[[ -d "$work/main/tests/output" ]] && cp -a "$work/main/tests/output/." "$out/inside/" 2>/dev/null
 rm -rf "$work"
 exit "$rc"
