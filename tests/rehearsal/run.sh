@@ -13,6 +13,8 @@
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$repo"
+# podman with runc and lowered ulimits (as `make` exports it): this machine cannot raise RLIMIT_NOFILE.
+export CONTAINERS_CONF="${CONTAINERS_CONF:-$repo/tests/hosts/containers.conf}"
 out="$repo/tests/output/rehearsal"
 work="${REHEARSAL_WORK:-/var/tmp/gpuhost-rehearsal}"
 name=gpuhost-rehearsal
