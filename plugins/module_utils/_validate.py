@@ -116,6 +116,24 @@ class Rule:
     def check(self, option: str, value: t.Any) -> None:  # pragma: no cover - every rule overrides it
         raise NotImplementedError
 
+    def errors(self, option: str, value: t.Any) -> list[InputError]:
+        """Every problem of ``value``: one rule reports at most one; a collection's rules report each item's."""
+        try:
+            self(option, value)
+        except InputError as exc:
+            return [exc]
+        return []
+
+
+class _Collection(Rule):
+    """A rule over several values (a list's items, a mapping's fields): ``errors`` reports every item's problem,
+    and ``check`` raises the first."""
+
+    def check(self, option: str, value: t.Any) -> None:
+        errors = self.errors(option, value)
+        if errors:
+            raise errors[0]
+
 
 class Text(Rule):
     """A string: not empty (unless ``empty``), at most ``max_length`` characters, no control characters, printable
@@ -273,18 +291,13 @@ def _number(value: float) -> str:
     return ("%f" % value).rstrip("0").rstrip(".")
 
 
-class ListOf(Rule):
+class ListOf(_Collection):
     """A list whose items each pass ``item``; at least ``min_items`` and at most ``max_items`` of them."""
 
     def __init__(self, item: Rule, min_items: int = 0, max_items: int = 256):
         self.item = item
         self.min_items = min_items
         self.max_items = max_items
-
-    def check(self, option: str, value: t.Any) -> None:
-        errors = self.errors(option, value)
-        if errors:
-            raise errors[0]
 
     def errors(self, option: str, value: t.Any) -> list[InputError]:
         if value is None:
@@ -297,20 +310,15 @@ class ListOf(Rule):
             return [InputError(option, value, "has more than %d items" % self.max_items)]
         out = []
         for number, item in enumerate(value):
-            out.extend(_apply(self.item, "%s[%d]" % (option, number), item))
+            out.extend(self.item.errors("%s[%d]" % (option, number), item))
         return out
 
 
-class Fields(Rule):
+class Fields(_Collection):
     """A mapping whose keys are checked by their own rules (the suboptions of a dict option)."""
 
     def __init__(self, rules: t.Mapping[str, Rule]):
         self.rules = dict(rules)
-
-    def check(self, option: str, value: t.Any) -> None:
-        errors = self.errors(option, value)
-        if errors:
-            raise errors[0]
 
     def errors(self, option: str, value: t.Any) -> list[InputError]:
         if value is None:
@@ -319,18 +327,8 @@ class Fields(Rule):
             return [InputError(option, value, "is %s, not a mapping" % type_name(value))]
         out = []
         for key, rule in self.rules.items():
-            out.extend(_apply(rule, "%s.%s" % (option, key) if option else key, value.get(key)))
+            out.extend(rule.errors("%s.%s" % (option, key) if option else key, value.get(key)))
         return out
-
-
-def _apply(rule: Rule, option: str, value: t.Any) -> list[InputError]:
-    if isinstance(rule, (ListOf, Fields)):
-        return rule.errors(option, value)
-    try:
-        rule(option, value)
-    except InputError as exc:
-        return [exc]
-    return []
 
 
 def check(params: t.Mapping[str, t.Any], rules: t.Mapping[str, Rule]) -> list[str]:
@@ -340,5 +338,5 @@ def check(params: t.Mapping[str, t.Any], rules: t.Mapping[str, Rule]) -> list[st
 
 def one(rule: Rule, option: str, value: t.Any) -> str | None:
     """The error of one value, or None."""
-    errors = _apply(rule, option, value)
+    errors = rule.errors(option, value)
     return str(errors[0]) if errors else None
