@@ -345,3 +345,183 @@ def check_request(runtimes: t.Iterable[str]) -> list[str]:
     if unknown:
         return ["unknown container runtime(s) %s: choose from %s" % (", ".join(map(repr, unknown)), ", ".join(RUNTIMES))]
     return []
+
+
+# --------------------------------------------------------------------------------------------------------------- removal
+# state=absent takes out what the present state added. The module records, per file, the text the file held before
+# its first change (None: it did not exist). With that record, every key the module touched goes back to the value
+# the user had, tables it created and left empty go, and a result that parses to the recorded original is written as
+# the original's exact bytes (or the file is removed when it did not exist). Without a record (a file changed by an
+# older version, or by hand) only the runtime and a default that names it are removed.
+_MISSING = object()
+
+
+def _get(doc: t.Any, keys: t.Sequence[str]) -> t.Any:
+    """The value at ``keys`` in ``doc``, or _MISSING."""
+    for key in keys:
+        if not isinstance(doc, dict) or key not in doc:
+            return _MISSING
+        doc = doc[key]
+    return doc
+
+
+def _pop(doc: dict[str, t.Any], keys: t.Sequence[str]) -> None:
+    parent = _get(doc, keys[:-1])
+    if isinstance(parent, dict):
+        parent.pop(keys[-1], None)
+
+
+def _put(doc: dict[str, t.Any], keys: t.Sequence[str], value: t.Any) -> None:
+    for key in keys[:-1]:
+        doc = doc.setdefault(key, {})
+    doc[keys[-1]] = copy.deepcopy(value)
+
+
+def _restore(doc: dict[str, t.Any], original: dict[str, t.Any] | None, keys: t.Sequence[str]) -> None:
+    """Put back the original's value at ``keys``, or remove the key when the original had none."""
+    value = _MISSING if original is None else _get(original, keys)
+    if value is _MISSING:
+        _pop(doc, keys)
+    else:
+        _put(doc, keys, value)
+
+
+def _prune(doc: dict[str, t.Any], original: dict[str, t.Any] | None, keys: t.Sequence[str]) -> None:
+    """Remove the tables along ``keys``, deepest first, that are empty now and that the original did not have."""
+    for depth in range(len(keys), 0, -1):
+        here = keys[:depth]
+        value = _get(doc, here)
+        if value == {} and (original is None or _get(original, here) is _MISSING):
+            _pop(doc, here)
+
+
+def _revert_default(doc: dict[str, t.Any], original: dict[str, t.Any] | None, keys: t.Sequence[str], name: str) -> None:
+    """A default that names the runtime goes back to the original's (unless that named it too) or goes."""
+    if _get(doc, keys) != name:
+        return  # the user's own default, set after the module's: theirs to keep
+    before = _MISSING if original is None else _get(original, keys)
+    if before is _MISSING or before == name:
+        _pop(doc, keys)
+    else:
+        _put(doc, keys, before)
+
+
+def _original_doc(original_text: str | None, parse: t.Callable[[str | None], dict[str, t.Any]]) -> dict[str, t.Any] | None:
+    """The recorded original, parsed; None when it cannot be parsed (then nothing is restored from it)."""
+    try:
+        return parse(original_text)
+    except RuntimeConfigError:
+        return None
+
+
+def _finish(result: dict[str, t.Any], current: dict[str, t.Any], text: str, original: dict[str, t.Any] | None,
+            recorded: bool, original_text: str | None, dump: t.Callable[[dict[str, t.Any]], str]) -> str | None:
+    """The text the file must hold after the removal; None: remove the file (the module created it)."""
+    if recorded and original is not None:
+        if original_text is None and not result:
+            return None
+        if original_text is not None and result == original:
+            return original_text
+    if result == current:
+        return text
+    return dump(result)
+
+
+def _load_json(text: str | None, path: str) -> dict[str, t.Any]:
+    if text is None or not text.strip():
+        return {}
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise RuntimeConfigError("%s is not valid JSON (%s); it was not changed. Fix the file or move it away, then run again."
+                                 % (path, exc)) from exc
+    if not isinstance(doc, dict):
+        raise RuntimeConfigError("%s must hold a JSON object, not %s; it was not changed." % (path, type(doc).__name__))
+    return doc
+
+
+def docker_remove(text: str | None, path: str, name: str, recorded: bool = False,
+                  original_text: str | None = None) -> str | None:
+    """daemon.json without the ``name`` runtime; default-runtime and features.cdi as the user had them.
+
+    Returns the new text (``text`` itself when nothing changes) or None when the file must go (the module created it
+    and nothing else was added since). A missing file stays missing (None).
+    """
+    if text is None:
+        return None
+    current = _load_json(text, path)
+    original = _original_doc(original_text, lambda s: _load_json(s, path)) if recorded else None
+    result = copy.deepcopy(current)
+    _pop(result, ("runtimes", name))
+    _revert_default(result, original, ("default-runtime",), name)
+    if original is not None and isinstance(result.get("features"), dict):
+        _restore(result, original, ("features", "cdi"))
+        _prune(result, original, ("features",))
+    if isinstance(result.get("runtimes"), dict):
+        _prune(result, original, ("runtimes",))
+    return _finish(result, current, text, original, recorded, original_text, lambda d: json.dumps(d, indent=4) + "\n")
+
+
+def containerd_v1_remove(text: str | None, main: dict[str, t.Any], path: str, name: str, recorded: bool = False,
+                         original_text: str | None = None) -> str | None:
+    """A version 1 main config without the runtime: the reverse of :func:`containerd_v1`."""
+    if text is None:
+        return None
+    original = _original_doc(original_text, lambda s: parse_toml(s, path)) if recorded else None
+    cri = ("plugins", CRI_PLUGIN[1])
+    result = copy.deepcopy(main)
+    _pop(result, cri + ("containerd", "runtimes", name))
+    _revert_default(result, original, cri + ("containerd", "default_runtime_name"), name)
+    if original is not None:
+        _restore(result, original, cri + ("enable_cdi",))
+        if "version" not in original:
+            result.pop("version", None)
+    _prune(result, original, cri + ("containerd", "runtimes"))
+    return _finish(result, main, text, original, recorded, original_text, dump_toml)
+
+
+def containerd_main_remove(text: str | None, main: dict[str, t.Any], path: str, imports_glob: str, recorded: bool = False,
+                           original_text: str | None = None) -> str | None:
+    """The main config without ``imports_glob`` in its imports: the reverse of :func:`containerd_main`. The imports line
+    goes when it is left empty and the user had none; every other line is kept as it is."""
+    if text is None:
+        return None
+    imports = main.get("imports", [])
+    if not isinstance(imports, list) or imports_glob not in imports:
+        return text
+    original = _original_doc(original_text, lambda s: parse_toml(s, path)) if recorded else None
+    kept = [i for i in imports if i != imports_glob]
+    lines = text.splitlines(keepends=True)
+    end = next((i for i, line in enumerate(lines) if _TABLE_LINE.match(line)), len(lines))
+    top, rest = "".join(lines[:end]), "".join(lines[end:])
+    match = _IMPORTS.search(top)
+    if match is None:  # pragma: no cover - tomllib saw a top-level imports that the pattern does not
+        raise RuntimeConfigError("%s: cannot find the top-level imports line; remove %s from it by hand" % (path, imports_glob))
+    if kept or (original is not None and "imports" in original):
+        top = top[:match.start()] + "imports = %s" % _value(kept, "imports") + top[match.end():]
+    else:
+        after = match.end() + 1 if top[match.end():match.end() + 1] == "\n" else match.end()
+        top = top[:match.start()] + top[after:]
+    new_text = top + rest
+    if recorded and original is not None:
+        new_doc = parse_toml(new_text, path)
+        if original_text is None and set(new_doc) <= {"version"}:
+            return None
+        if original_text is not None and new_doc == original:
+            return original_text
+    return new_text
+
+
+# ------------------------------------------------------------------------------------------------ CRI-O drop-in directory
+# CRI-O's compiled-in drop-in directory (pkg/config/config_unix.go CrioConfigDropInPath), the default of its
+# --config-dir flag; `crio --help` prints the default of the installed binary.
+CRIO_CONFIG_DIR = "/etc/crio/crio.conf.d"
+_CRIO_CONFIG_DIR_HELP = re.compile(r"--config-dir\b.*?\(default:\s*\"?([^\s\")]+)\"?\)", re.DOTALL)
+
+
+def crio_config_dir_from_help(text: str) -> str | None:
+    """The drop-in directory that ``crio --help`` names as its --config-dir default; None when the text has none."""
+    match = _CRIO_CONFIG_DIR_HELP.search(text or "")
+    if match is None or not match.group(1).startswith("/"):
+        return None
+    return match.group(1)

@@ -38,6 +38,19 @@ description:
   - A file that cannot be parsed (invalid JSON or TOML), or whose tables the merge needs hold something else (a CRI
     plugin table that is a string), fails the task before anything is written, naming the file, the key and the
     problem. So does a path that is a directory, a special file, a symbolic link to nothing or sits under a file.
+  - O(state=absent) takes out what O(state=present) added. The module records in O(record), per file, the text the
+    file held before its first change. Removal then takes out the runtime, puts back the C(default-runtime) /
+    C(default_runtime_name), C(features.cdi) or C(enable_cdi) values the file had (or removes them when it had none),
+    removes the drop-in file and the glob it added to containerd's C(imports), and removes the tables it created and
+    left empty. When the result parses to the recorded original, the original's exact bytes are written back (or the
+    file is removed when it did not exist before); keys changed by hand since then are kept, and the file is then
+    rewritten from the parsed content.
+  - Without a record (a file changed by hand or by C(nvidia-ctk)), O(state=absent) removes the runtime, a default that
+    names it, the drop-in and the imports glob, and leaves C(features.cdi) / C(enable_cdi) alone.
+  - For V(crio), the drop-in directory is the one the installed CRI-O reads. It is the default of the C(--config-dir)
+    flag that C(crio --help) prints; without a C(crio) binary it is CRI-O's built-in default C(/etc/crio/crio.conf.d).
+    C(nvidia-ctk) writes C(/etc/crio/conf.d/99-nvidia.toml), a directory CRI-O reads only when it is started with
+    C(--config-dir /etc/crio/conf.d). O(crio_config_dir) or O(path) override the detection.
   - Paths are absolute, printable ASCII, without C(.) or C(..) components.
 author:
   - gpuhost.nvidia developers (@gpuhost)
@@ -67,7 +80,26 @@ options:
     description:
       - The file to merge into. For V(docker) C(daemon.json), for V(containerd) the main config, for V(crio) the
         drop-in file.
-      - Defaults to C(/etc/docker/daemon.json), C(/etc/containerd/config.toml) and C(/etc/crio/crio.conf.d/99-nvidia.conf).
+      - Defaults to C(/etc/docker/daemon.json), C(/etc/containerd/config.toml) and, for V(crio), C(99-nvidia.conf) in
+        the drop-in directory CRI-O reads (see O(crio_config_dir)).
+    type: path
+  state:
+    description:
+      - V(present) adds the runtime; V(absent) removes what V(present) added, as O(record) says (see the description).
+    type: str
+    choices: [present, absent]
+    default: present
+  record:
+    description:
+      - A JSON file recording, per configuration file, the text it held before this module first changed it. Written
+        with the first change of a file and read by O(state=absent), which drops the file's entry; removed when empty.
+    type: path
+    default: /var/lib/gpuhost/nvidia_container_runtime.json
+  crio_config_dir:
+    description:
+      - For V(crio) without O(path), the drop-in directory to write C(99-nvidia.conf) into.
+      - By default the one the installed CRI-O reads, the C(--config-dir) default that C(crio --help) prints, else
+        C(/etc/crio/crio.conf.d). Set it when CRI-O runs with another C(--config-dir) (or C(CONTAINER_CONFIG_DIR)).
     type: path
   dropin:
     description:
@@ -131,6 +163,11 @@ EXAMPLES = r"""
   gpuhost.nvidia.nvidia_container_runtime:
     runtime: containerd
     default_runtime: true
+
+- name: Take the nvidia runtime out of Docker again; the user's keys stay as they were
+  gpuhost.nvidia.nvidia_container_runtime:
+    runtime: docker
+    state: absent
 """
 
 RETURN = r"""
@@ -152,6 +189,17 @@ backup_files:
   type: list
   elements: str
   sample: [/etc/docker/daemon.json.1234.2025-01-01@10:00:00~]
+removed_files:
+  description: The files that were (or in check mode would be) removed by O(state=absent).
+  returned: success
+  type: list
+  elements: str
+  sample: [/etc/containerd/conf.d/99-nvidia.toml]
+crio_config_dir:
+  description: For V(crio), the drop-in directory used, and where it came from.
+  returned: when O(runtime=crio)
+  type: dict
+  sample: {path: /etc/crio/crio.conf.d, source: crio --help}
 runtime_name:
   description: The runtime name as configured.
   returned: success
@@ -159,6 +207,7 @@ runtime_name:
   sample: nvidia
 """
 
+import json
 import os
 import typing as t
 
@@ -172,6 +221,8 @@ DEFAULT_PATHS = {
     "containerd": "/etc/containerd/config.toml",
     "crio": "/etc/crio/crio.conf.d/99-nvidia.conf",
 }
+CRIO_DROPIN_NAME = "99-nvidia.conf"
+DEFAULT_RECORD = "/var/lib/gpuhost/nvidia_container_runtime.json"
 # Checked before the host is read. The name becomes a key in every engine's configuration and a Kubernetes
 # RuntimeClass handler; runc is Docker's reserved name for its own runtime.
 RULES: dict[str, _validate.Rule] = {
@@ -183,6 +234,8 @@ RULES: dict[str, _validate.Rule] = {
                                  max_length=63, reserved=("runc",)),
     "runtime_path": _validate.Path(space=False),
     "crio_config": _validate.Path(),
+    "crio_config_dir": _validate.Path(),
+    "record": _validate.Path(),
 }
 
 
@@ -212,52 +265,109 @@ def read_text(module: AnsibleModule, path: str, what: str) -> str | None:
     return None  # pragma: no cover
 
 
-def plan(module: AnsibleModule, warnings: list[str]) -> list[tuple[str, str, str]]:
-    """The files, their option names and the content each must hold. Fails, before any write, on a file it cannot
-    use or parse."""
+def load_record(path: str) -> dict[str, dict[str, t.Any]]:
+    """The record: per configuration file, {"original": the text before the module's first change, or None}."""
+    data = _files.read_bytes(path, "record")
+    if data is None:
+        return {}
+    try:
+        record = json.loads(to_text(data, errors="surrogate_or_strict"))
+    except ValueError as exc:
+        raise _files.FileError("record", path, "is not valid JSON (%s): fix or remove it" % exc) from None
+    if not isinstance(record, dict):
+        raise _files.FileError("record", path, "does not hold a JSON object: fix or remove it")
+    return {str(k): {"original": v.get("original")} for k, v in record.items()
+            if isinstance(v, dict) and isinstance(v.get("original"), (str, type(None)))}
+
+
+def crio_config_dir(module: AnsibleModule) -> dict[str, str]:
+    """The CRI-O drop-in directory: the option, else the --config-dir default the installed crio prints, else
+    CRI-O's built-in default."""
+    if module.params["crio_config_dir"]:
+        return {"path": os.path.abspath(module.params["crio_config_dir"]), "source": "crio_config_dir"}
+    crio = module.get_bin_path("crio")
+    if crio:
+        rc, out, err = module.run_command([crio, "--help"], environ_update={"LC_ALL": "C", "LANGUAGE": "C"})
+        found = _runtime.crio_config_dir_from_help(out) if rc == 0 else None
+        if found:
+            return {"path": found, "source": "crio --help"}
+        module.warn("%s --help (rc %s) names no --config-dir default; using CRI-O's built-in %s. Set crio_config_dir "
+                    "if CRI-O reads another directory. %s" % (crio, rc, _runtime.CRIO_CONFIG_DIR, (err or "").strip()[:200]))
+    return {"path": _runtime.CRIO_CONFIG_DIR, "source": "CRI-O's built-in default"}
+
+
+# One planned file: its path, its option name, its text now (None: missing) and the text it must hold (None: remove it).
+Planned = t.Tuple[str, str, t.Optional[str], t.Optional[str]]
+
+
+def plan_present(module: AnsibleModule, path: str, warnings: list[str]) -> list[Planned]:
     p = module.params
     runtime = p["runtime"]
-    path = os.path.abspath(p["path"] or DEFAULT_PATHS[runtime])
-    try:
-        if runtime == "docker":
-            return [(path, "path", _runtime.docker_merge(read_text(module, path, "path"), path, p["name"], p["runtime_path"],
-                                                         p["default_runtime"], p["cdi"]))]
-        if runtime == "containerd":
-            dropin = os.path.abspath(p["dropin"])
-            _files.check_file(dropin, "dropin")
-            text = read_text(module, path, "path")
-            main = _runtime.parse_toml(text, path)
-            version = _runtime.containerd_version(main, p["config_version"], path)
-            if "cri" in (main.get("disabled_plugins") or []) or _runtime.CRI_PLUGIN[version] in (main.get("disabled_plugins") or []):
-                warnings.append("%s disables containerd's CRI plugin (disabled_plugins), so Kubernetes cannot use the %s "
-                                "runtime until it is enabled; the runtime was added anyway." % (path, p["name"]))
-            if version == 1:
-                # Version 1 has no drop-ins: the runtime goes into the main config, as nvidia-ctk does.
-                return [(path, "path", _runtime.containerd_v1(text, main, p["name"], p["runtime_path"], p["default_runtime"],
-                                                              p["cdi"], path))]
-            _runtime.parse_toml(read_text(module, dropin, "dropin"), dropin)
-            glob = os.path.join(os.path.dirname(dropin), "*.toml")
-            document = _runtime.containerd_dropin(main, version, p["name"], p["runtime_path"], p["default_runtime"], path,
-                                                  p["cdi"])
-            # The drop-in first: the main config imports it only once it exists.
-            return [
-                (dropin, "dropin", _runtime.dump_toml(document, _runtime.DROPIN_HEADER)),
-                (path, "path", _runtime.containerd_main(text, main, path, glob, version)),
-            ]
-        if p["cdi"] is not None:
-            warnings.append("cdi has no CRI-O setting to change: CRI-O reads CDI specs from its cdi_spec_dirs "
-                            "(/etc/cdi, /var/run/cdi) by default; cdi was ignored for crio.")
-        _runtime.parse_toml(read_text(module, path, "path"), path)
-        crio_config = os.path.abspath(p["crio_config"])
-        source = _runtime.parse_toml(read_text(module, crio_config, "crio_config"), crio_config)
-        return [(path, "path", _runtime.dump_toml(_runtime.crio_dropin(p["name"], p["runtime_path"], p["default_runtime"],
-                                                                       source, crio_config), _runtime.DROPIN_HEADER))]
-    except _files.FileError as exc:
-        module.fail_json(msg=str(exc), path=exc.path)
-    except _runtime.RuntimeConfigError as exc:
-        msg = str(exc) if path in str(exc) else "%s: %s; it was not changed" % (path, exc)
-        module.fail_json(msg=msg, path=path)
-    return []  # pragma: no cover
+    if runtime == "docker":
+        text = read_text(module, path, "path")
+        return [(path, "path", text, _runtime.docker_merge(text, path, p["name"], p["runtime_path"], p["default_runtime"], p["cdi"]))]
+    if runtime == "containerd":
+        dropin = os.path.abspath(p["dropin"])
+        _files.check_file(dropin, "dropin")
+        text = read_text(module, path, "path")
+        main = _runtime.parse_toml(text, path)
+        version = _runtime.containerd_version(main, p["config_version"], path)
+        if "cri" in (main.get("disabled_plugins") or []) or _runtime.CRI_PLUGIN[version] in (main.get("disabled_plugins") or []):
+            warnings.append("%s disables containerd's CRI plugin (disabled_plugins), so Kubernetes cannot use the %s "
+                            "runtime until it is enabled; the runtime was added anyway." % (path, p["name"]))
+        if version == 1:
+            # Version 1 has no drop-ins: the runtime goes into the main config, as nvidia-ctk does.
+            return [(path, "path", text, _runtime.containerd_v1(text, main, p["name"], p["runtime_path"], p["default_runtime"],
+                                                                p["cdi"], path))]
+        dropin_text = read_text(module, dropin, "dropin")
+        _runtime.parse_toml(dropin_text, dropin)
+        glob = os.path.join(os.path.dirname(dropin), "*.toml")
+        document = _runtime.containerd_dropin(main, version, p["name"], p["runtime_path"], p["default_runtime"], path,
+                                              p["cdi"])
+        # The drop-in first: the main config imports it only once it exists.
+        return [
+            (dropin, "dropin", dropin_text, _runtime.dump_toml(document, _runtime.DROPIN_HEADER)),
+            (path, "path", text, _runtime.containerd_main(text, main, path, glob, version)),
+        ]
+    if p["cdi"] is not None:
+        warnings.append("cdi has no CRI-O setting to change: CRI-O reads CDI specs from its cdi_spec_dirs "
+                        "(/etc/cdi, /var/run/cdi) by default; cdi was ignored for crio.")
+    text = read_text(module, path, "path")
+    _runtime.parse_toml(text, path)
+    crio_config = os.path.abspath(p["crio_config"])
+    source = _runtime.parse_toml(read_text(module, crio_config, "crio_config"), crio_config)
+    return [(path, "path", text, _runtime.dump_toml(_runtime.crio_dropin(p["name"], p["runtime_path"], p["default_runtime"],
+                                                                         source, crio_config), _runtime.DROPIN_HEADER))]
+
+
+def plan_absent(module: AnsibleModule, path: str, record: dict[str, dict[str, t.Any]]) -> list[Planned]:
+    p = module.params
+    runtime = p["runtime"]
+
+    def original(file: str) -> tuple[bool, str | None]:
+        return file in record, record.get(file, {}).get("original")
+
+    if runtime == "docker":
+        text = read_text(module, path, "path")
+        return [(path, "path", text, _runtime.docker_remove(text, path, p["name"], *original(path)))]
+    if runtime == "containerd":
+        dropin = os.path.abspath(p["dropin"])
+        dropin_text = read_text(module, dropin, "dropin")
+        text = read_text(module, path, "path")
+        main = _runtime.parse_toml(text, path)
+        planned: list[Planned] = []
+        if main:
+            if _runtime.containerd_version(main, None, path) == 1:
+                new = _runtime.containerd_v1_remove(text, main, path, p["name"], *original(path))
+            else:
+                glob = os.path.join(os.path.dirname(dropin), "*.toml")
+                new = _runtime.containerd_main_remove(text, main, path, glob, *original(path))
+            planned.append((path, "path", text, new))
+        elif text is not None and path in record and record[path]["original"] is None:
+            planned.append((path, "path", text, None))  # created empty by the module, still empty
+        # The main config first: it stops importing the drop-in before the drop-in goes.
+        return planned + [(dropin, "dropin", dropin_text, None)]
+    return [(path, "path", read_text(module, path, "path"), None)]
 
 
 def main() -> None:
@@ -265,6 +375,8 @@ def main() -> None:
         argument_spec=dict(
             runtime=dict(type="str", required=True, choices=list(_runtime.RUNTIMES)),
             path=dict(type="path"),
+            state=dict(type="str", choices=["present", "absent"], default="present"),
+            record=dict(type="path", default=DEFAULT_RECORD),
             dropin=dict(type="path", default="/etc/containerd/conf.d/99-nvidia.toml"),
             config_version=dict(type="int"),
             name=dict(type="str", default="nvidia"),
@@ -272,49 +384,110 @@ def main() -> None:
             default_runtime=dict(type="bool", default=False),
             cdi=dict(type="bool"),
             crio_config=dict(type="path", default="/etc/crio/crio.conf"),
+            crio_config_dir=dict(type="path"),
             backup=dict(type="bool", default=True),
         ),
         supports_check_mode=True,
     )
-    errors = check_options(module.params)
+    params = module.params
+    errors = check_options(params)
     if errors:
         module.fail_json(msg="; ".join(errors), errors=errors)
+    runtime = params["runtime"]
+    result: dict[str, t.Any] = {}
+    if params["path"]:
+        path = os.path.abspath(params["path"])
+        if runtime == "crio":
+            result["crio_config_dir"] = {"path": os.path.dirname(path), "source": "path"}
+    elif runtime == "crio":
+        result["crio_config_dir"] = crio_config_dir(module)
+        path = os.path.join(result["crio_config_dir"]["path"], CRIO_DROPIN_NAME)
+    else:
+        path = DEFAULT_PATHS[runtime]
+    record_path = os.path.abspath(params["record"])
+
+    # Plan: every file read and parsed, every error raised, before anything is written.
     warnings: list[str] = []
-    files = plan(module, warnings)
+    try:
+        record = load_record(record_path)
+        if params["state"] == "present":
+            files = plan_present(module, path, warnings)
+        else:
+            files = plan_absent(module, path, record)
+    except _files.FileError as exc:
+        module.fail_json(msg=str(exc), path=exc.path)
+    except _runtime.RuntimeConfigError as exc:
+        msg = str(exc) if path in str(exc) else "%s: %s; it was not changed" % (path, exc)
+        module.fail_json(msg=msg, path=path)
     for warning in warnings:
         module.warn(warning)
 
+    new_record = dict(record)
+    for file, _what, before, content in files:
+        if params["state"] == "absent":
+            new_record.pop(file, None)
+        elif content != before and file not in new_record:
+            new_record[file] = {"original": before}
+
+    # Act: the record first (it must know the originals before they are replaced), then the files in plan order.
     changed_files: list[str] = []
+    removed_files: list[str] = []
     backups: list[str] = []
     diffs: list[dict[str, t.Any]] = []
-    for path, what, content in files:
-        data = to_bytes(content)
-        directory = os.path.dirname(path)
-        try:
-            exists = _files.check_directory(directory, what)
-            if not exists:
-                changed_files.append(path)
-                diffs.append(_files.make_diff(path, None, data))
+    try:
+        if params["state"] == "present":
+            write_record(module, record_path, record, new_record)
+        for file, what, before, content in files:
+            if content is None:
+                if before is None:
+                    continue
+                removed_files.append(file)
+                diffs.append({"before": before, "after": "", "before_header": file, "after_header": "%s (absent)" % file})
+                if not module.check_mode:
+                    if params["backup"]:
+                        backups.append(module.backup_local(file))
+                    _files.remove(file, what)
+                continue
+            data = to_bytes(content)
+            directory = os.path.dirname(file)
+            if not _files.check_directory(directory, what):
+                changed_files.append(file)
+                diffs.append(_files.make_diff(file, None, data))
                 if module.check_mode:
                     continue
                 _files.make_dirs(directory, what)
-        except _files.FileError as exc:
-            module.fail_json(msg=str(exc), path=exc.path)
-        outcome = _files.write_file(module, path, data, backup=module.params["backup"], what=what)
-        if outcome.changed and path not in changed_files:
-            changed_files.append(path)
-            diffs.append(outcome.diff)
-        if outcome.backup_file:
-            backups.append(outcome.backup_file)
+            outcome = _files.write_file(module, file, data, backup=params["backup"], what=what)
+            if outcome.changed and file not in changed_files:
+                changed_files.append(file)
+                diffs.append(outcome.diff)
+            if outcome.backup_file:
+                backups.append(outcome.backup_file)
+        if params["state"] == "absent":
+            write_record(module, record_path, record, new_record)
+    except _files.FileError as exc:
+        module.fail_json(msg=str(exc), path=exc.path)
 
     module.exit_json(
-        changed=bool(changed_files),
-        files=[path for path, _what, _content in files],
+        changed=bool(changed_files or removed_files or new_record != record),
+        files=[file for file, _what, _before, _content in files],
         changed_files=changed_files,
+        removed_files=removed_files,
         backup_files=backups,
-        runtime_name=module.params["name"],
+        runtime_name=params["name"],
         diff=diffs,
+        **result,
     )
+
+
+def write_record(module: AnsibleModule, path: str, before: dict[str, t.Any], after: dict[str, t.Any]) -> None:
+    """Write (or remove, once empty) the record when it changed; nothing in check mode. Raises FileError."""
+    if after == before or module.check_mode:
+        return
+    if after:
+        _files.make_dirs(os.path.dirname(path), "record")
+        _files.write_file(module, path, to_bytes(json.dumps(after, indent=2, sort_keys=True) + "\n"), what="record")
+    else:
+        _files.remove(path, "record")
 
 
 if __name__ == "__main__":
