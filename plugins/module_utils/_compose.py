@@ -869,3 +869,33 @@ def render(document: dict[str, t.Any]) -> str:
         raise ComposeError("PyYAML is needed to write the override file")
     body = yaml.dump(document, Dumper=_Dumper, default_flow_style=False, sort_keys=True, allow_unicode=True, width=120)
     return HEADER + "---\n" + body
+
+
+def remove(existing: t.Any, names: t.Iterable[str], source: str = "") -> dict[str, t.Any]:
+    """The override document without the services ``names``; every other service and top-level key is kept.
+
+    A ``services`` mapping left empty goes. An empty result ({}) means the file holds nothing any more.
+    """
+    if existing is None:
+        return {}
+    where = " (%s)" % source if source else ""
+    if not isinstance(existing, dict):
+        raise ComposeError("the existing override file is not a compose mapping%s: it holds a %s; fix or remove it"
+                           % (where, type(existing).__name__))
+    current = existing.get("services") or {}
+    if not isinstance(current, dict):
+        raise ComposeError("the existing override file's services key is not a mapping%s: it holds a %s; fix or remove it"
+                           % (where, type(current).__name__))
+    gone = set(names)
+    document = {k: v for k, v in existing.items() if k != "services"}
+    kept = {k: v for k, v in current.items() if k not in gone}
+    if kept or ("services" in existing and not current and existing["services"] is not None):
+        document["services"] = kept
+    return document
+
+
+def check_service_names(names: t.Iterable[t.Any]) -> list[str]:
+    """Errors for names that are not compose service names."""
+    return ["service name %r is not a valid compose service name (letters, digits, '.', '_' and '-', at most %d)"
+            % (name, MAX_NAME) for name in names
+            if not isinstance(name, str) or len(name) > MAX_NAME or not _SERVICE_NAME_RE.fullmatch(name)]

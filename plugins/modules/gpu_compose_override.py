@@ -21,6 +21,10 @@ description:
   - Services in an existing override file that the task does not list are kept, unless O(prune=true). A listed service's
     entry is replaced as a whole by the generated one. Comments in the file are not kept.
   - The file is written atomically, only when its content changes, and keeps its mode and owner.
+  - O(state=absent) removes the entries of the services listed (only their O(services[].name) is read) and keeps every
+    other service and top-level key. The module records in O(record) the text the file held before its first change;
+    when the remaining document is the recorded original, the original's exact bytes (comments included) are written
+    back, and when nothing remains the file is removed.
 author:
   - gpuhost.nvidia developers (@gpuhost)
 requirements:
@@ -182,6 +186,18 @@ options:
         Paths are never guessed.
     type: bool
     default: false
+  state:
+    description:
+      - V(present) writes the services' entries; V(absent) removes them (see the description).
+    type: str
+    choices: [present, absent]
+    default: present
+  record:
+    description:
+      - A JSON file recording, per override file, the text it held before this module first changed it (null when it
+        did not exist). Read by O(state=absent), which drops the file's entry; removed when empty.
+    type: path
+    default: /var/lib/gpuhost/gpu_compose_override.json
   prune:
     description:
       - Take the whole file. Services and top-level keys that the task does not list are removed.
@@ -299,6 +315,11 @@ assignment:
   sample:
     trainer: [GPU-3f1c2a51-0a6e-4b6b-9a55-2d4ac6f0e001, GPU-8b0e6c1d-51f4-4a54-8d2e-0c9f3e7b4002]
     notebook: [GPU-d0a5e4b2-6c1e-4f4e-b4a8-1e2f3a4b5003]
+removed:
+  description: Whether O(state=absent) removed (or in check mode would remove) the file, because nothing was left in it.
+  returned: success
+  type: bool
+  sample: false
 unmanaged_services:
   description: Services in the file that the task does not manage, kept as they were. Empty with O(prune=true).
   returned: success
@@ -326,11 +347,12 @@ validated_with:
   sample: [/usr/bin/docker-compose, -f, /srv/ml/docker-compose.yml, -f, /srv/ml/.docker-compose.gpu.yml.x1.tmp, config, -q]
 """
 
+import json
 import os
 import typing as t
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-from ansible.module_utils.common.text.converters import to_bytes
+from ansible.module_utils.common.text.converters import to_bytes, to_text
 
 from ansible_collections.gpuhost.nvidia.plugins.module_utils import _compose, _files, _validate
 
@@ -348,12 +370,14 @@ SERVICE_SPEC: dict[str, t.Any] = dict(
     ulimits=dict(type="dict"),
     runtime=dict(type="str"),
 )
+DEFAULT_RECORD = "/var/lib/gpuhost/gpu_compose_override.json"
 DEFAULT_COMPOSE_FILES = ("compose.yaml", "compose.yml", "docker-compose.yaml", "docker-compose.yml")
 # Checked before the host is read; the services themselves are checked by _compose.build, also before any read.
 RULES: dict[str, _validate.Rule] = {
     "path": _validate.Path(),
     "compose_files": _validate.ListOf(_validate.Path(relative=True), max_items=32),
     "cdi_kind": _validate.Identifier(_validate.CDI_KIND_RE, "a CDI kind such as nvidia.com/gpu"),
+    "record": _validate.Path(),
 }
 ENV_C = {"LC_ALL": "C", "LANGUAGE": "C"}
 
@@ -382,6 +406,87 @@ def base_files(path: str, given: list[str]) -> tuple[list[str], list[str]]:
     return [], []
 
 
+def load_record(path: str) -> dict[str, str | None]:
+    """The record: per override file, the text it held before the module's first change (None: it did not exist)."""
+    data = _files.read_bytes(path, "record")
+    if data is None:
+        return {}
+    try:
+        record = json.loads(to_text(data, errors="surrogate_or_strict"))
+    except ValueError as exc:
+        raise _files.FileError("record", path, "is not valid JSON (%s): fix or remove it" % exc) from None
+    if not isinstance(record, dict):
+        raise _files.FileError("record", path, "does not hold a JSON object: fix or remove it")
+    return {str(k): v.get("original") for k, v in record.items()
+            if isinstance(v, dict) and isinstance(v.get("original"), (str, type(None)))}
+
+
+def write_record(module: AnsibleModule, path: str, before: dict[str, t.Any], after: dict[str, t.Any]) -> None:
+    """Write (or remove, once empty) the record when it changed; nothing in check mode. Raises FileError."""
+    if after == before or module.check_mode:
+        return
+    if after:
+        _files.make_dirs(os.path.dirname(path), "record")
+        record = {k: {"original": v} for k, v in after.items()}
+        _files.write_file(module, path, to_bytes(json.dumps(record, indent=2, sort_keys=True) + "\n"), what="record")
+    else:
+        _files.remove(path, "record")
+
+
+def absent(module: AnsibleModule, path: str, record_path: str) -> None:
+    """state=absent: the listed services' entries go; the user's bytes come back where nothing else changed."""
+    names = [svc["name"] for svc in module.params["services"]]
+    errors = _compose.check_service_names(names)
+    if errors:
+        module.fail_json(msg="; ".join(errors), errors=errors)
+    try:
+        record = load_record(record_path)
+        before = _files.read_bytes(path, "path")
+        text = before.decode("utf-8") if before is not None else None
+        existing = _compose.parse(text, path) if text is not None else None
+        document = _compose.remove(existing, names, source=path)
+        recorded = path in record
+        original = record.get(path)
+        if before is None:
+            content = None
+        elif recorded and original is not None and _compose.parse(original, path) == (document or None):
+            content = to_bytes(original)
+        elif not document:
+            content = None
+        elif document == existing:
+            content = before
+        else:
+            content = to_bytes(_compose.render(document))
+    except _files.FileError as exc:
+        module.fail_json(msg=str(exc), path=exc.path)
+    except UnicodeDecodeError as exc:
+        module.fail_json(msg="the existing override file %s is not UTF-8 text (%s); fix or remove it" % (path, exc), path=path)
+    except _compose.ComposeError as exc:
+        module.fail_json(msg=str(exc), path=path)
+    new_record = {k: v for k, v in record.items() if k != path}
+    result: dict[str, t.Any] = dict(changed=False, path=path, removed=False, services={}, assignment={},
+                                    unmanaged_services=_compose.unmanaged(document, {}), document=document,
+                                    validated_with=None, diff={"before": "", "after": ""})
+    try:
+        if before is not None and content is None:
+            result.update(changed=True, removed=True, document={},
+                          diff={"before": text, "after": "", "before_header": path, "after_header": "%s (absent)" % path})
+            if not module.check_mode:
+                if module.params["backup"]:
+                    result["backup_file"] = module.backup_local(path)
+                _files.remove(path, "path")
+        elif before is not None and content != before:
+            outcome = _files.write_file(module, path, content, backup=module.params["backup"])
+            result.update(changed=outcome.changed, diff=outcome.diff)
+            if outcome.backup_file:
+                result["backup_file"] = outcome.backup_file
+        write_record(module, record_path, record, new_record)
+    except _files.FileError as exc:
+        module.fail_json(msg=str(exc), path=exc.path)
+    result["changed"] = result["changed"] or new_record != record
+    module.exit_json(**result)
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec=dict(
@@ -393,6 +498,8 @@ def main() -> None:
             facts=dict(type="dict"),
             vm_mode=dict(type="bool", default=False),
             prune=dict(type="bool", default=False),
+            state=dict(type="str", choices=["present", "absent"], default="present"),
+            record=dict(type="path", default=DEFAULT_RECORD),
             backup=dict(type="bool", default=False),
             validate=dict(type="bool", default=False),
             compose_files=dict(type="list", elements="path", default=[]),
@@ -408,6 +515,9 @@ def main() -> None:
     if errors:
         module.fail_json(msg="; ".join(errors), errors=errors)
     path = os.path.abspath(params["path"])
+    record_path = os.path.abspath(params["record"])
+    if params["state"] == "absent":
+        absent(module, path, record_path)
     request = {
         "strategy": params["strategy"],
         "id_format": params["id_format"],
@@ -469,6 +579,14 @@ def main() -> None:
                     cmd=args, rc=rc, stdout=out, stderr=err, path=path,
                 )
 
+    try:
+        record = load_record(record_path)
+        new_record = dict(record)
+        if content != existing_bytes and path not in record:
+            new_record[path] = to_text(existing_bytes) if existing_bytes is not None else None
+        write_record(module, record_path, record, new_record)  # before the file: it must know the original
+    except _files.FileError as exc:
+        module.fail_json(msg=str(exc), path=exc.path)
     outcome = _files.write_file(module, path, content, backup=params["backup"], validate=validator, validate_unchanged=True)
     result: dict[str, t.Any] = dict(
         changed=outcome.changed,

@@ -101,3 +101,10 @@ def run_compose_module(monkeypatch: pytest.MonkeyPatch) -> t.Callable[..., tuple
         raise AssertionError("the module returned without exit_json or fail_json")
 
     return run
+
+
+@pytest.fixture(autouse=True)
+def _compose_record_in_tmp(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """gpu_compose_override's record never goes to the test machine's /var/lib/gpuhost unless a test passes its own."""
+    from ansible_collections.gpuhost.nvidia.plugins.modules import gpu_compose_override
+    monkeypatch.setattr(gpu_compose_override, "DEFAULT_RECORD", str(tmp_path_factory.mktemp("record") / "compose.json"))
