@@ -2,8 +2,9 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""Driver filters: nvidia_driver_plan, nvidia_driver_candidate_errors, nvidia_driver_packages, nvidia_driver_versionlock,
-gpg_primary_fingerprints.
+"""Driver filters: nvidia_driver_plan, nvidia_driver_candidate_errors, nvidia_driver_packages, nvidia_driver_versionlock.
+
+The key fingerprint filters are in gpg.py.
 
 Their documentation is in the sidecar .yml files. The decisions live in module_utils/_driver.py.
 """
@@ -11,7 +12,6 @@ Their documentation is in the sidecar .yml files. The decisions live in module_u
 from __future__ import annotations
 
 import typing as t
-from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
 
@@ -54,13 +54,6 @@ def nvidia_driver_versionlock(names: t.Any, plan: t.Any = None, style: str = "dn
     raise AnsibleFilterError("nvidia_driver_versionlock: style must be dnf4 or dnf5, got %r" % (style,))
 
 
-def gpg_primary_fingerprints(colons: t.Any) -> list[str]:
-    """Primary key fingerprints from ``gpg --with-colons`` output."""
-    if isinstance(colons, Mapping):
-        colons = colons.get("stdout", "")
-    return _driver.gpg_primary_fingerprints(colons)
-
-
 class FilterModule:
     def filters(self) -> dict[str, t.Callable[..., t.Any]]:
         return {
@@ -68,5 +61,4 @@ class FilterModule:
             "nvidia_driver_candidate_errors": nvidia_driver_candidate_errors,
             "nvidia_driver_packages": nvidia_driver_packages,
             "nvidia_driver_versionlock": nvidia_driver_versionlock,
-            "gpg_primary_fingerprints": gpg_primary_fingerprints,
         }

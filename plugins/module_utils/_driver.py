@@ -18,7 +18,7 @@ import re
 import typing as t
 from collections.abc import Mapping, Sequence
 
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _catalog, _validate
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _catalog, _gpg, _validate
 from ansible_collections.gpuhost.nvidia.plugins.module_utils._common import normalize_bus_id, version_tuple
 
 FLAVOURS = ("auto", "open", "proprietary")
@@ -48,8 +48,7 @@ PCI_ADDRESS_RE = re.compile(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
 # "SigLevel = Never" to pacman.conf or a field to an apt .sources file), a scheme the package managers fetch from.
 # apt also takes file:/path (one slash), as its own documentation writes it.
 _URL = _validate.Text(max_length=2048, pattern=re.compile(r"(https?://|file:/)[!-~]+"), what="an http(s):// or file:// URL")
-_FINGERPRINT = _validate.Text(max_length=128, space=True, pattern=re.compile(r"[0-9A-Fa-f]{4}( {0,2}[0-9A-Fa-f]{4}){9,15}"),
-                              what="a key fingerprint of hex digits (gpg's spacing allowed)")
+_FINGERPRINT = _gpg.FINGERPRINT
 # A pacman repository name: the section header [name] and the database file name.db. "options" is pacman.conf's own
 # section and "local" names the database of installed packages.
 PACMAN_REPO_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
@@ -560,26 +559,6 @@ def check_candidate(plan_result: Mapping[str, t.Any], candidates: t.Any, request
     if cuda:
         return check_cuda(fitting[0], cuda, bool(request.get("cuda_minor_version_compatibility")))
     return []
-
-
-def gpg_primary_fingerprints(colons: t.Any) -> list[str]:
-    """Fingerprints of the primary keys in ``gpg --with-colons`` output (``pub`` records, not subkeys)."""
-    out: list[str] = []
-    expect = False
-    for line in str(colons or "").splitlines():
-        fields = line.split(":")
-        if fields[0] == "pub":
-            expect = True
-        elif fields[0] == "sub":
-            expect = False
-        elif fields[0] == "fpr" and expect and len(fields) > 9:
-            out.append(fields[9].upper())
-            expect = False
-    return out
-
-
-def normalize_fingerprint(value: t.Any) -> str:
-    return re.sub(r"[^0-9A-Fa-f]", "", str(value or "")).upper()
 
 
 _PLACEHOLDER_RE = re.compile(r"\{(branch|pin|kernel_flavour)\}")

@@ -13,7 +13,7 @@ import json
 import re
 import typing as t
 
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _validate
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _gpg, _validate
 from ansible_collections.gpuhost.nvidia.plugins.module_utils._validate import PACKAGE_VERSION_RE, bad_character
 
 try:
@@ -48,8 +48,8 @@ def upstream(version: str) -> str:
 # holds them (see request_errors).
 # apt also takes file:/path (one slash), as its documentation writes it (the test and demo mirrors use it).
 _URL = _validate.Text(max_length=2048, pattern=re.compile(r"^(https?://|file:/)[!-~]+$"), what="an http(s):// or file:// URL")
-_FINGERPRINT = _validate.Text(max_length=128, space=True, pattern=re.compile(r"^[0-9A-Fa-f]{4}( ?[0-9A-Fa-f]{4}){9,15}$"),
-                              what="a key fingerprint of hex digits")
+# gpg's spacing (two spaces in the middle), lower case and 0x are accepted, as by nvidia_driver (one rule, in _gpg).
+_FINGERPRINT = _gpg.FINGERPRINT
 REQUEST_RULES: dict[str, _validate.Rule] = {
     "repo_url": _URL,
     "repo_key_url": _URL,

@@ -43,30 +43,12 @@ def test_nothing_offered():
     assert _driver.check_candidate({"branch": None}, ["(none)"], {}) != []
 
 
-COLONS = """\
-pub:-:4096:1:A4B469963BF863CC:1650377186:::-:::scSC::::::23::0:
-fpr:::::::::EB693B3035CD5710E231E123A4B469963BF863CC:
-uid:-::::1650377186::A8F0F7D7B1F1A1E8D6B3C0FCD9A58E34C7D8E2A1::cudatools <cudatools@nvidia.com>::::::::::0:
-sub:-:4096:1:1234567890ABCDEF:1650377186::::::e::::::23:
-fpr:::::::::0000000000000000000000001234567890ABCDEF:
-"""
-
-
-def test_gpg_primary_fingerprints_skip_subkeys():
-    assert driver_filters.gpg_primary_fingerprints(COLONS) == ["EB693B3035CD5710E231E123A4B469963BF863CC"]
-    assert driver_filters.gpg_primary_fingerprints({"stdout": COLONS + COLONS.replace("EB69", "AAAA")}) == [
-        "EB693B3035CD5710E231E123A4B469963BF863CC", "AAAA3B3035CD5710E231E123A4B469963BF863CC"]
-    assert driver_filters.gpg_primary_fingerprints("") == []
-
-
-def test_normalize_fingerprint():
-    assert _driver.normalize_fingerprint("eb69 3b30 35cd 5710 e231  e123 a4b4 6996 3bf8 63cc") == "EB693B3035CD5710E231E123A4B469963BF863CC"
+# The key fingerprint helpers moved to module_utils/_gpg.py: tests/unit/plugins/module_utils/test_gpg.py.
 
 
 def test_filter_plugin_exposes_the_filters_and_accepts_ansible_facts():
     filters = driver_filters.FilterModule().filters()
-    assert set(filters) == {"nvidia_driver_plan", "nvidia_driver_candidate_errors", "nvidia_driver_packages", "nvidia_driver_versionlock",
-                            "gpg_primary_fingerprints"}
+    assert set(filters) == {"nvidia_driver_plan", "nvidia_driver_candidate_errors", "nvidia_driver_packages", "nvidia_driver_versionlock"}
     caps = {"supported": True, "sources": {"distro": {"available": True, "branches": [535], "default_branch": 535}}}
     facts = {"nvidia_gpu": {"present": True, "gpus": [{"pci_bus_id": "0000:01:00.0", "pci_device_id": "10de:2330"}]}}
     plan = filters["nvidia_driver_plan"]({"source": "distro"}, facts, {"distribution": "Debian", "distribution_major_version": "12"}, caps)

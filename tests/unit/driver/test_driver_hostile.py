@@ -82,9 +82,10 @@ def test_real_urls_pass(value):
 @pytest.mark.parametrize("option", ["nvidia_driver_repo_key_fingerprint", "nvidia_driver_epel_repo_key_fingerprint"])
 @pytest.mark.parametrize("value,problem", [
     (FPR + "\nSigned-By: /tmp/evil.asc", "holds the control character '\\n'"),
-    ("C95B321B61E88C1809C4F759DDCAE044F796ECB", "is not a key fingerprint of hex digits"),
-    ("C95B321B61E88C1809C4F759DDCAE044F796ECBZ", "is not a key fingerprint of hex digits"),
-    ("0x" + FPR.replace(" ", ""), "is not a key fingerprint of hex digits"),
+    ("C95B321B61E88C1809C4F759DDCAE044F796ECB", "is not a key fingerprint of 40 or 64 hex digits"),
+    ("C95B321B61E88C1809C4F759DDCAE044F796ECBZ", "is not a key fingerprint of 40 or 64 hex digits"),
+    ("0x" + FPR.replace(" ", "") + "Z", "is not a key fingerprint of 40 or 64 hex digits"),
+    ("C95B 321B 61E8 8C18 09C4   F759 DDCA E044 F796 ECB0", "is not a key fingerprint of 40 or 64 hex digits"),
 ])
 def test_fingerprints_must_be_hex_digits(option, value, problem):
     errors = plan({option.replace("nvidia_driver_", ""): value})["errors"]
@@ -95,6 +96,8 @@ def test_fingerprints_must_be_hex_digits(option, value, problem):
 def test_spaced_and_plain_fingerprints_pass():
     assert plan({"repo_key_fingerprint": FPR})["errors"] == []
     assert plan({"repo_key_fingerprint": FPR.replace(" ", "")})["errors"] == []
+    # A 0x prefix and lower case are accepted too (#19): the key module normalises them (module_utils/_gpg.py).
+    assert plan({"repo_key_fingerprint": "0x" + FPR.replace(" ", "").lower()})["errors"] == []
 
 
 @pytest.mark.parametrize("value,problem", [

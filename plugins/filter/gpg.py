@@ -1,0 +1,43 @@
+# Copyright (c) gpuhost.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Key fingerprint filters: gpg_primary_fingerprints, gpg_fingerprint.
+
+Their documentation is in the sidecar .yml files. The parsing lives in module_utils/_gpg.py, which the
+repository_key module uses too.
+"""
+
+from __future__ import annotations
+
+import typing as t
+from collections.abc import Mapping
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _gpg
+
+
+def gpg_primary_fingerprints(colons: t.Any) -> list[str]:
+    """Primary key fingerprints from ``gpg --with-colons`` output (or a registered command result)."""
+    if isinstance(colons, Mapping):
+        colons = colons.get("stdout", "")
+    return _gpg.gpg_primary_fingerprints(colons)
+
+
+def gpg_fingerprint(value: t.Any, empty: bool = False) -> str:
+    """A pinned fingerprint as 40 or 64 upper-case hex digits; gpg's spacing, lower case and 0x accepted."""
+    if empty and (value is None or str(value).strip() == ""):
+        return ""
+    problem = _gpg.fingerprint_error(value if value is None or isinstance(value, str) else str(value), "gpg_fingerprint input")
+    if problem:
+        raise AnsibleFilterError(problem)
+    return _gpg.normalize_fingerprint(value)
+
+
+class FilterModule:
+    def filters(self) -> dict[str, t.Callable[..., t.Any]]:
+        return {
+            "gpg_primary_fingerprints": gpg_primary_fingerprints,
+            "gpg_fingerprint": gpg_fingerprint,
+        }

@@ -1,0 +1,281 @@
+#!/usr/bin/python
+# Copyright (c) gpuhost.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: repository_key
+short_description: Install a package repository's signing key, only when its primary fingerprint is the pinned one
+version_added: 0.1.0
+description:
+  - Fetches an OpenPGP public key from O(url) or O(src), checks that it holds exactly one primary key and that this
+    key's fingerprint is O(fingerprint), and writes it to O(dest) in one call, atomically, as the binary keyring that
+    apt's C(Signed-By) reads or as the armoured key that dnf's C(gpgkey=) and C(pacman-key --add) read (O(format)).
+  - A key with another primary fingerprint (or more than one primary key, or none) is refused, naming the expected
+    and the found fingerprints, and nothing is written. So is an empty O(fingerprint), since a repository key is
+    trusted only when its fingerprint is pinned.
+  - When O(dest) already holds exactly the pinned key in O(format), nothing is fetched (unless O(refresh=true)), so a
+    converged host makes no download.
+  - Without O(url) and O(src) the module only checks that O(dest) holds exactly the pinned key, and fails otherwise;
+    it never writes then. Roles that use a repository another role configured check its key this way.
+  - The key is parsed in Python (OpenPGP packet framing and version 4, 5 and 6 key fingerprints); C(gpg) is not
+    needed on the managed host. Secret keys and packets that a public key does not hold are refused.
+author:
+  - gpuhost.nvidia developers (@gpuhost)
+extends_documentation_fragment:
+  - ansible.builtin.files
+attributes:
+  check_mode:
+    support: full
+    description: Fetches and checks the key as the real run does (a wrong key fails in check mode too), and writes nothing.
+  diff_mode:
+    support: full
+    description: Shows which key O(dest) holds before and after (primary fingerprint, user IDs, a hash of the packets).
+  safe_file_operations:
+    support: full
+    description: Writes through a temporary file in the destination's directory and an atomic move.
+  idempotent:
+    support: full
+    description: A second run with the same options changes nothing and fetches nothing.
+  platform:
+    support: full
+    platforms: posix
+    description: Linux hosts.
+options:
+  fingerprint:
+    description:
+      - The pinned fingerprint of the key's primary key, 40 (version 4 keys) or 64 (version 5 and 6) hex digits.
+      - Spacing as C(gpg --fingerprint) prints it (groups of four, two spaces in the middle), lower case and a C(0x)
+        prefix are accepted. An empty value is refused.
+    type: str
+    required: true
+  url:
+    description:
+      - Where to fetch the key, an C(https://), C(http://) or C(file://) URL (C(file:/path) too, as apt writes it).
+        A C(file) URL names a file on the managed host.
+      - Printable ASCII without whitespace, at most 2048 characters. Mutually exclusive with O(src).
+    type: str
+  src:
+    description: A file on the managed host that holds the key, armoured or binary. Mutually exclusive with O(url).
+    type: path
+  dest:
+    description:
+      - The key file to write, for example V(/etc/apt/keyrings/example.gpg) or V(/etc/pki/rpm-gpg/RPM-GPG-KEY-example).
+      - Its directory is created (mode C(0755)) when it is missing. A directory, a special file or a symbolic link to
+        nothing at O(dest) is refused.
+    type: path
+    required: true
+  format:
+    description:
+      - V(binary) writes the key's OpenPGP packets, as C(gpg --dearmor) does (apt's C(Signed-By) takes a C(.gpg) file).
+      - V(armored) writes an ASCII-armoured key block (dnf's C(gpgkey=file://...), C(rpm --import), C(pacman-key --add),
+        and apt's C(Signed-By) with a C(.asc) file).
+      - Ignored without O(url) and O(src), where the check accepts either.
+    type: str
+    choices: [binary, armored]
+    default: binary
+  refresh:
+    description:
+      - Fetch the key even when O(dest) already holds the pinned key, and replace O(dest) when the fetched key
+        (the same primary key) differs, for example by a renewed expiry date.
+    type: bool
+    default: false
+  timeout:
+    description: Seconds to wait for an C(http) or C(https) O(url).
+    type: int
+    default: 30
+  validate_certs:
+    description: Check the TLS certificate of an C(https) O(url).
+    type: bool
+    default: true
+seealso:
+  - name: RFC 9580, OpenPGP
+    description: Packet framing (section 4.2), key fingerprints (section 5.5.4) and ASCII armour (section 6).
+    link: https://www.rfc-editor.org/rfc/rfc9580
+  - name: sources.list(5), Signed-By
+    description: apt reads a binary keyring (C(.gpg)) or an armoured key (C(.asc)).
+    link: https://manpages.debian.org/bookworm/apt/sources.list.5.en.html
+  - module: ansible.builtin.rpm_key
+  - module: ansible.builtin.deb822_repository
+"""
+
+EXAMPLES = r"""
+- name: Install the CUDA repository key for apt, pinned
+  gpuhost.nvidia.repository_key:
+    url: https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/3bf863cc.pub
+    fingerprint: EB69 3B30 35CD 5710 E231  E123 A4B4 6996 3BF8 63CC
+    dest: /etc/apt/keyrings/gpuhost-nvidia-cuda.gpg
+    mode: "0644"
+
+- name: Install the same key for dnf's gpgkey=
+  gpuhost.nvidia.repository_key:
+    url: https://developer.download.nvidia.com/compute/cuda/repos/rhel9/x86_64/D42D0685.pub
+    fingerprint: 610C7B14E068A878070DA4E99CD0A493D42D0685
+    dest: /etc/pki/rpm-gpg/RPM-GPG-KEY-gpuhost-nvidia-cuda
+    format: armored
+    mode: "0644"
+
+- name: Check, without writing, that a keyring another role installed holds the pinned key
+  gpuhost.nvidia.repository_key:
+    dest: /etc/apt/keyrings/gpuhost-nvidia-cuda.gpg
+    fingerprint: EB693B3035CD5710E231E123A4B469963BF863CC
+"""
+
+RETURN = r"""
+dest:
+  description: The key file.
+  returned: always
+  type: str
+  sample: /etc/apt/keyrings/gpuhost-nvidia-cuda.gpg
+fingerprint:
+  description: The pinned fingerprint, normalised (upper case, no spaces, no C(0x)).
+  returned: always
+  type: str
+  sample: EB693B3035CD5710E231E123A4B469963BF863CC
+fingerprints:
+  description: The primary key fingerprints O(dest) holds after the run (in check mode, would hold).
+  returned: always
+  type: list
+  elements: str
+  sample: [EB693B3035CD5710E231E123A4B469963BF863CC]
+fetched:
+  description: Whether the key was read from O(url) or O(src) (false when O(dest) already held the pinned key).
+  returned: always
+  type: bool
+  sample: false
+format:
+  description: The format of O(dest) after the run, V(binary) or V(armored) (null when nothing was written or checked).
+  returned: always
+  type: str
+  sample: binary
+"""
+
+import os
+import typing as t
+from urllib.parse import unquote, urlparse
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.urls import fetch_url
+
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _files, _gpg, _validate
+
+RULES: dict[str, _validate.Rule] = {
+    "url": _gpg.KEY_URL,
+    "src": _validate.Path(),
+    "dest": _validate.Path(),
+}
+
+
+def fetch(module: AnsibleModule, url: str | None, src: str | None) -> tuple[bytes, str]:
+    """The key's bytes and a name for it in messages."""
+    if src or (url and urlparse(url).scheme == "file"):
+        path = src or unquote(urlparse(t.cast(str, url)).path)
+        where = src or t.cast(str, url)
+        try:
+            data = _files.read_bytes(path, "src" if src else "url", max_size=_gpg.MAX_KEY_SIZE)
+        except _files.FileError as exc:
+            module.fail_json(msg=str(exc), path=exc.path)
+        if data is None:
+            module.fail_json(msg="the key at %s does not exist" % where)
+        return t.cast(bytes, data), where
+    response, info = fetch_url(module, t.cast(str, url), timeout=module.params["timeout"])
+    if response is None or info.get("status") != 200:
+        module.fail_json(msg="cannot fetch the key at %s: %s" % (url, info.get("msg", "no response")), status=info.get("status"))
+    data = response.read(_gpg.MAX_KEY_SIZE + 1)
+    return data, t.cast(str, url)
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec=dict(
+            fingerprint=dict(type="str", required=True),
+            url=dict(type="str"),
+            src=dict(type="path"),
+            dest=dict(type="path", required=True),
+            format=dict(type="str", choices=list(_gpg.FORMATS), default="binary"),
+            refresh=dict(type="bool", default=False),
+            timeout=dict(type="int", default=30),
+            validate_certs=dict(type="bool", default=True),
+        ),
+        mutually_exclusive=[("url", "src")],
+        add_file_common_args=True,
+        supports_check_mode=True,
+    )
+    params = module.params
+    errors = _validate.check(params, RULES)
+    problem = _gpg.fingerprint_error(params["fingerprint"])
+    if problem:
+        errors.insert(0, problem)
+    if errors:
+        module.fail_json(msg="; ".join(errors), errors=errors)
+    pinned = _gpg.normalize_fingerprint(params["fingerprint"])
+    dest = os.path.abspath(params["dest"])
+    verify_only = not (params["url"] or params["src"])
+    fmt = None if verify_only else params["format"]
+
+    # Read what is installed.
+    try:
+        installed = _gpg.inspect_installed(_files.read_bytes(dest, "dest", max_size=_gpg.MAX_KEY_SIZE))
+    except _files.FileError as exc:
+        module.fail_json(msg=str(exc), path=exc.path)
+    result: dict[str, t.Any] = dict(changed=False, dest=dest, fingerprint=pinned, fingerprints=installed.fingerprints, fetched=False,
+                                    format=None if installed.key is None else ("armored" if _gpg.is_armored(t.cast(bytes, installed.data)) else "binary"))
+
+    if verify_only:
+        if not _gpg.converged(installed, pinned, None):
+            why = installed.problem or ("it does not exist" if installed.data is None else None)
+            msg = ("the key at %s cannot be checked: %s" % (dest, why)) if why else _gpg.mismatch(pinned, installed.fingerprints, dest)
+            module.fail_json(msg="%s. Nothing was installed." % msg, **result)
+        module.exit_json(**result)
+
+    fmt = t.cast(str, fmt)
+    if _gpg.converged(installed, pinned, fmt) and not params["refresh"]:
+        content = t.cast(bytes, installed.data)
+        key = t.cast(_gpg.Key, installed.key)
+    else:
+        # Plan: fetch and check the key (in check mode too: a wrong key fails the prediction as it fails the run).
+        source, where = fetch(module, params["url"], params["src"])
+        result["fetched"] = True
+        try:
+            key, content = _gpg.plan_write(source, pinned, fmt, where)
+        except _gpg.GpgError as exc:
+            module.fail_json(msg="%s. Nothing was installed. Check the URL, or pin the new key's fingerprint." % exc, **result)
+        if installed.data is not None and _gpg.converged(installed, pinned, fmt) and t.cast(_gpg.Key, installed.key).packets == key.packets:
+            content = installed.data  # the same key, armoured differently: leave the file alone
+
+    # Act.
+    directory = os.path.dirname(dest)
+    try:
+        if not _files.check_directory(directory, "dest"):
+            result["changed"] = True
+            if not module.check_mode:
+                _files.make_dirs(directory, "dest")
+    except _files.FileError as exc:
+        module.fail_json(msg=str(exc), path=exc.path)
+    if module.check_mode and result["changed"]:
+        outcome_changed = True  # the directory does not exist yet, so neither does the file
+    else:
+        outcome_changed = _files.write_file(module, dest, content, what="dest").changed
+    result["changed"] = result["changed"] or outcome_changed
+    result.update(fingerprints=key.fingerprints, format=fmt)
+    result["diff"] = {
+        "before": _describe(installed),
+        "after": "format: %s\n%s" % (fmt, key.describe()),
+        "before_header": dest if installed.data is not None else "%s (absent)" % dest,
+        "after_header": dest,
+    }
+    module.exit_json(**result)
+
+
+def _describe(installed: _gpg.Installed) -> str:
+    if installed.data is None:
+        return ""
+    if installed.key is None:
+        return "not an OpenPGP key: %s\n" % installed.problem
+    return "format: %s\n%s" % ("armored" if _gpg.is_armored(installed.data) else "binary", installed.key.describe())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,69 @@
+# Copyright (c) gpuhost.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Throwaway OpenPGP keys made by the real gpg, for the tests of _gpg and repository_key.
+
+The parser in module_utils/_gpg.py is checked against what gpg itself says about the same bytes (fingerprints with
+--show-keys --with-colons, the binary keyring with --dearmor), never against values written by hand.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+GPG = shutil.which("gpg")
+MISSING = "tool missing: gpg (bindep.txt gnupg; tests/deps/install.sh)"
+
+
+@dataclass
+class TestKey:
+    fingerprint: str
+    armored: bytes
+    binary: bytes
+    secret: bytes
+
+
+def gpg(home: Path, *args: str, data: bytes | None = None) -> bytes:
+    home.mkdir(mode=0o700, parents=True, exist_ok=True)
+    env = dict(os.environ, LC_ALL="C", GNUPGHOME=str(home))
+    return subprocess.run([str(GPG), "--batch", "--no-tty", "--homedir", str(home), *args], input=data, capture_output=True, check=True,
+                          env=env).stdout
+
+
+def colons_fingerprints(home: Path, data: bytes) -> list[str]:
+    """Primary fingerprints of ``data`` as gpg reads them."""
+    out = gpg(home, "--with-colons", "--show-keys", data=data).decode()
+    result, expect = [], False
+    for line in out.splitlines():
+        fields = line.split(":")
+        if fields[0] == "pub":
+            expect = True
+        elif fields[0] == "sub":
+            expect = False
+        elif fields[0] == "fpr" and expect:
+            result.append(fields[9])
+            expect = False
+    return result
+
+
+def make_key(home: Path, uid: str, algo: str = "ed25519", subkey: str | None = "cv25519") -> TestKey:
+    gpg(home, "--pinentry-mode", "loopback", "--passphrase", "", "--quick-gen-key", uid, algo, "cert,sign", "never")
+    fpr = [line.split(":")[9] for line in gpg(home, "--with-colons", "--list-keys", uid).decode().splitlines()
+           if line.startswith("fpr:")][0]
+    if subkey:
+        gpg(home, "--pinentry-mode", "loopback", "--passphrase", "", "--quick-add-key", fpr, subkey, "encr", "never")
+    return TestKey(
+        fingerprint=fpr,
+        armored=gpg(home, "--armor", "--export", fpr),
+        binary=gpg(home, "--export", fpr),
+        secret=gpg(home, "--pinentry-mode", "loopback", "--passphrase", "", "--export-secret-keys", fpr),
+    )
+
+
+def dearmor(home: Path, armored: bytes) -> bytes:
+    return gpg(home, "--dearmor", data=armored)

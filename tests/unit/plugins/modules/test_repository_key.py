@@ -1,0 +1,182 @@
+# Copyright (c) gpuhost.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""repository_key: the wrong-key, tampered-key and unpinned-key refusals for every role that adds a repository (the
+roles call this module through the internal _repository role and test only that they pass their variables), check
+mode and diff, and a converged run that fetches nothing."""
+
+from __future__ import annotations
+
+import http.server
+import os
+import stat
+import threading
+
+import pytest
+
+import gpg_keys
+
+from ansible_collections.gpuhost.nvidia.plugins.modules import repository_key
+
+pytestmark = pytest.mark.skipif(gpg_keys.GPG is None, reason=gpg_keys.MISSING)
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory):
+    base = tmp_path_factory.mktemp("gpg")
+    return {
+        "pinned": gpg_keys.make_key(base / "pinned", "pinned test key <pinned@gpuhost.invalid>"),
+        "rogue": gpg_keys.make_key(base / "rogue", "rogue test key <rogue@gpuhost.invalid>"),
+        "home": base / "reader",
+    }
+
+
+@pytest.fixture
+def repo(tmp_path, keys):
+    """A mirror directory with the pinned key, the rogue key and a tampered copy of the pinned key."""
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    (mirror / "public.asc").write_bytes(keys["pinned"].armored)
+    (mirror / "rogue.asc").write_bytes(keys["rogue"].armored)
+    tampered = bytearray(keys["pinned"].binary)
+    tampered[20] ^= 0x01  # one bit of the key material: another fingerprint
+    (mirror / "tampered.gpg").write_bytes(bytes(tampered))
+    return mirror
+
+
+def snapshot(root):
+    return sorted((os.path.relpath(os.path.join(d, f), root), open(os.path.join(d, f), "rb").read())
+                  for d, _dirs, files in os.walk(root) for f in files)
+
+
+def args(tmp_path, keys, **extra):
+    base = {"url": "file://%s/mirror/public.asc" % tmp_path, "fingerprint": keys["pinned"].fingerprint,
+            "dest": str(tmp_path / "etc" / "keyrings" / "test.gpg"), "mode": "0644"}
+    base.update(extra)
+    return base
+
+
+def test_installs_the_dearmored_keyring_then_fetches_nothing(run_module, tmp_path, keys, repo):
+    options = args(tmp_path, keys)
+    predicted = run_module(repository_key, options, check_mode=True)
+    assert not (tmp_path / "etc").exists()
+    first = run_module(repository_key, options)
+    assert (predicted["changed"], first["changed"], first["fetched"]) == (True, True, True)
+    dest = tmp_path / "etc" / "keyrings" / "test.gpg"
+    assert dest.read_bytes() == gpg_keys.dearmor(keys["home"], keys["pinned"].armored)
+    assert stat.S_IMODE(dest.stat().st_mode) == 0o644 and stat.S_IMODE(dest.parent.stat().st_mode) == 0o755
+    assert first["fingerprints"] == [keys["pinned"].fingerprint] and first["format"] == "binary"
+    assert first["diff"]["before_header"].endswith("(absent)") and "primary key: %s" % keys["pinned"].fingerprint in first["diff"]["after"]
+    # Converged: the source may even be gone, nothing is fetched.
+    (repo / "public.asc").unlink()
+    for check_mode in (True, False):
+        again = run_module(repository_key, options, check_mode=check_mode)
+        assert (again["changed"], again["fetched"], again["fingerprints"]) == (False, False, [keys["pinned"].fingerprint])
+
+
+def test_writes_the_armored_key_for_rpm(run_module, tmp_path, keys, repo):
+    dest = tmp_path / "etc" / "pki" / "RPM-GPG-KEY-test"
+    result = run_module(repository_key, args(tmp_path, keys, dest=str(dest), format="armored", url="file:%s/public.asc" % repo))
+    assert result["changed"] and dest.read_bytes().startswith(b"-----BEGIN PGP PUBLIC KEY BLOCK-----\n")
+    assert gpg_keys.colons_fingerprints(keys["home"], dest.read_bytes()) == [keys["pinned"].fingerprint]
+    # The same key written as a binary keyring is not what was asked: it is replaced.
+    dest.write_bytes(keys["pinned"].binary)
+    again = run_module(repository_key, args(tmp_path, keys, dest=str(dest), format="armored"))
+    assert again["changed"] and again["fetched"] and dest.read_bytes().startswith(b"-----BEGIN PGP")
+
+
+@pytest.mark.parametrize("check_mode", [True, False])
+@pytest.mark.parametrize("case", ["rogue", "tampered", "unpinned", "installed_rogue"])
+def test_refusals_change_nothing_and_name_both_fingerprints(run_module, tmp_path, keys, repo, case, check_mode):
+    pinned, rogue = keys["pinned"].fingerprint, keys["rogue"].fingerprint
+    options = args(tmp_path, keys)
+    if case == "rogue":
+        options["url"] = "file://%s/rogue.asc" % repo
+    elif case == "tampered":
+        options["src"] = str(repo / "tampered.gpg")
+        del options["url"]
+    elif case == "unpinned":
+        options["fingerprint"] = ""
+    else:  # a keyring that holds another key is replaced only by the pinned one: here the source is the rogue key too
+        (tmp_path / "etc" / "keyrings").mkdir(parents=True)
+        (tmp_path / "etc" / "keyrings" / "test.gpg").write_bytes(keys["rogue"].binary)
+        options["url"] = "file://%s/rogue.asc" % repo
+    before = snapshot(tmp_path)
+    result = run_module(repository_key, options, check_mode=check_mode)
+    assert result["failed"] and result.get("changed") in (None, False)
+    assert snapshot(tmp_path) == before
+    if case == "unpinned":
+        assert result["msg"].startswith("fingerprint is empty: a repository key is trusted only when its fingerprint is pinned")
+    elif case == "tampered":
+        assert result["msg"].startswith("the key at %s does not match the pinned fingerprint: expected %s, got " % (repo / "tampered.gpg", pinned))
+        assert result["msg"].endswith("Nothing was installed. Check the URL, or pin the new key's fingerprint.")
+    else:
+        assert "does not match the pinned fingerprint: expected %s, got %s. Nothing was installed." % (pinned, rogue) in result["msg"]
+
+
+def test_pasted_fingerprint_forms_are_one_pin(run_module, tmp_path, keys, repo):
+    fpr = keys["pinned"].fingerprint
+    spaced = " ".join(fpr[i:i + 4] for i in range(0, 40, 4)).replace(fpr[16:20] + " ", fpr[16:20] + "  ").lower()
+    result = run_module(repository_key, args(tmp_path, keys, fingerprint="0x" + spaced))
+    assert result["changed"] and result["fingerprint"] == fpr
+
+
+def test_a_file_holding_the_pinned_and_another_key_is_refused(run_module, tmp_path, keys, repo):
+    (repo / "both.gpg").write_bytes(keys["pinned"].binary + keys["rogue"].binary)
+    result = run_module(repository_key, args(tmp_path, keys, url="file://%s/both.gpg" % repo))
+    assert result["failed"] and "one key is pinned, so the file must hold that key alone" in result["msg"]
+
+
+def test_verify_only_checks_the_installed_keyring(run_module, tmp_path, keys):
+    dest = tmp_path / "cuda.gpg"
+    options = {"dest": str(dest), "fingerprint": keys["pinned"].fingerprint}
+    missing = run_module(repository_key, options)
+    assert missing["failed"] and missing["msg"] == "the key at %s cannot be checked: it does not exist. Nothing was installed." % dest
+    dest.write_bytes(keys["rogue"].armored)
+    wrong = run_module(repository_key, options)
+    assert wrong["failed"] and "expected %s, got %s" % (keys["pinned"].fingerprint, keys["rogue"].fingerprint) in wrong["msg"]
+    dest.write_bytes(keys["pinned"].armored)
+    ok = run_module(repository_key, options)
+    assert (ok["changed"], ok["fetched"], ok["fingerprints"], ok["format"]) == (False, False, [keys["pinned"].fingerprint], "armored")
+    assert dest.read_bytes() == keys["pinned"].armored
+
+
+def test_refresh_fetches_and_keeps_an_unchanged_key(run_module, tmp_path, keys, repo):
+    options = args(tmp_path, keys, refresh=True)
+    run_module(repository_key, options)
+    again = run_module(repository_key, options)
+    assert (again["changed"], again["fetched"]) == (False, True)
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"url": "ftp://mirror/key"}, "url: 'ftp://mirror/key' is not an http(s):// or file:// URL"),
+    ({"url": "file:///srv/key.asc\nSigned-By: /tmp/x"}, "holds the control character"),
+    ({"url": "file:///nonexistent/key.asc"}, "the key at file:///nonexistent/key.asc does not exist"),
+    ({"fingerprint": "3BF863CC"}, "fingerprint: '3BF863CC' is not a key fingerprint of 40 or 64 hex digits"),
+])
+def test_bad_options_are_refused(run_module, tmp_path, keys, repo, bad, message):
+    result = run_module(repository_key, args(tmp_path, keys, **bad))
+    assert result["failed"] and message in result["msg"]
+    assert not (tmp_path / "etc").exists()
+
+
+def test_dest_that_is_a_directory_is_refused(run_module, tmp_path, keys, repo):
+    (tmp_path / "etc" / "keyrings" / "test.gpg").mkdir(parents=True)
+    result = run_module(repository_key, args(tmp_path, keys))
+    assert result["failed"] and "is a directory, not a regular file" in result["msg"]
+
+
+def test_fetches_over_http(run_module, tmp_path, keys, repo):
+    handler = type("Handler", (http.server.SimpleHTTPRequestHandler,), {"log_message": lambda *a: None})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), lambda *a: handler(*a, directory=str(repo)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        base = "http://127.0.0.1:%d" % server.server_address[1]
+        result = run_module(repository_key, args(tmp_path, keys, url=base + "/public.asc"))
+        assert result["changed"] and result["fetched"]
+        missing = run_module(repository_key, args(tmp_path, keys, url=base + "/nothing.asc", dest=str(tmp_path / "other.gpg")))
+        assert missing["failed"] and missing["msg"].startswith("cannot fetch the key at %s/nothing.asc: " % base) and missing["status"] == 404
+    finally:
+        server.shutdown()
