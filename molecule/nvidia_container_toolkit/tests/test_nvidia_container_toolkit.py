@@ -201,35 +201,76 @@ def test_real_containerd_starts_on_the_merged_config(host, gpuhost_instance, con
         assert runtime[key] == value, (key, runtime)
 
 
-# Real dockerd (Debian 12's 20.10) starts on the merged daemon.json with vfs storage and no iptables or bridge, and
-# lists the runtime. It is too old for CDI (Docker 25+); trixie's 26.1 checks features.cdi with --validate above.
+# Real dockerd starts on the merged daemon.json with vfs storage and no iptables or bridge: Debian 12's own 20.10
+# (the host's docker.io) and Debian 13's 26.1 (trixie's docker.io, extracted on the controller by prepare and copied
+# in; it runs on bookworm's libraries). The script asks the daemon's API for /info (the 20.10 CLI drops fields it does
+# not know, CDISpecDirs among them) and prints it as the last line.
 START_DOCKERD = r"""
 set -u
+dockerd=$1 config=$2
 dir=$(mktemp -d /tmp/gpuhost-dockerd.XXXXXX)
-dockerd --config-file /etc/docker/daemon.json --storage-driver vfs --iptables=false --ip-masq=false --bridge=none \
+"$dockerd" --config-file "$config" --storage-driver vfs --iptables=false --ip-masq=false --bridge=none \
     --data-root "$dir/root" --exec-root "$dir/exec" --pidfile "$dir/pid" -H "unix://$dir/sock" >"$dir/log" 2>&1 &
 pid=$!
-for _ in $(seq 1 150); do
-    docker -H "unix://$dir/sock" version >/dev/null 2>&1 && break
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.2
-done
-docker -H "unix://$dir/sock" info --format '{{json .Runtimes}}'; rc=$?
+python3 - "$dir/sock" "$pid" <<'PY'
+import json, os, socket, sys, time
+for _ in range(150):
+    try:
+        os.kill(int(sys.argv[2]), 0)
+        conn = socket.socket(socket.AF_UNIX)
+        conn.connect(sys.argv[1])
+        conn.sendall(b"GET /info HTTP/1.0\r\nHost: docker\r\n\r\n")
+        data = b""
+        while chunk := conn.recv(65536):
+            data += chunk
+        head, body = data.split(b"\r\n\r\n", 1)
+        if b" 200 " in head.split(b"\r\n", 1)[0]:
+            print(json.dumps(json.loads(body)))
+            sys.exit(0)
+    except (OSError, ValueError):
+        pass
+    time.sleep(0.2)
+sys.exit(1)
+PY
+rc=$?
 kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
 [ "$rc" -eq 0 ] || cat "$dir/log"
 rm -rf "$dir"
 exit "$rc"
 """
+TRIXIE_DOCKERD = "/usr/local/sbin/gpuhost-test-dockerd-trixie"
+
+
+def dockerd_info(host, dockerd: str, config: str) -> dict:
+    started = host.run("sh -c %s sh %s %s" % (shlex.quote(START_DOCKERD), shlex.quote(dockerd), shlex.quote(config)))
+    assert started.rc == 0, started.stdout + started.stderr
+    return json.loads(started.stdout.strip().splitlines()[-1])
 
 
 def test_real_dockerd_starts_on_the_merged_daemon_json(host, gpuhost_instance):
     if family(gpuhost_instance) != "debian12":
         pytest.skip("real dockerd runs on the Debian host")
-    started = host.run("sh -c %s" % shlex.quote(START_DOCKERD))
-    assert started.rc == 0, started.stdout + started.stderr
-    runtimes = json.loads(started.stdout.strip().splitlines()[-1])
-    assert runtimes["nvidia"]["path"] == RUNTIME
-    assert runtimes["crun"]["path"] == "/usr/bin/crun"
+    info = dockerd_info(host, "dockerd", "/etc/docker/daemon.json")
+    assert info["ServerVersion"].startswith("20.10."), info["ServerVersion"]
+    assert info["Runtimes"]["nvidia"]["path"] == RUNTIME
+    assert info["Runtimes"]["crun"]["path"] == "/usr/bin/crun"
+
+
+def test_docker_26_lists_the_runtime_and_the_cdi_feature(host, gpuhost_instance):
+    """Docker 25+ reads features.cdi: with it, /info (what `docker info` prints) names the CDI spec directories."""
+    if family(gpuhost_instance) != "debian12":
+        pytest.skip("real dockerd runs on the Debian host")
+    assert DOCKERD.is_file(), f"{DOCKERD} is missing: prepare downloads Debian trixie's docker.io"
+    subprocess.run(["podman", "cp", str(DOCKERD), f"{gpuhost_instance}:{TRIXIE_DOCKERD}"], check=True)
+    info = dockerd_info(host, TRIXIE_DOCKERD, "/etc/docker/daemon.json")
+    assert info["ServerVersion"].startswith("26.1."), info["ServerVersion"]
+    assert info["Runtimes"]["nvidia"]["path"] == RUNTIME
+    assert info["CDISpecDirs"] == ["/etc/cdi", "/var/run/cdi"]
+    # the feature is what the role asked for: the same daemon.json without features.cdi reports no CDI directories
+    without = {key: value for key, value in json.loads(host.file("/etc/docker/daemon.json").content_string).items()
+               if key != "features"}
+    host.run("cat > /tmp/gpuhost-daemon-nocdi.json <<'EOF'\n%s\nEOF" % json.dumps(without))
+    assert dockerd_info(host, TRIXIE_DOCKERD, "/tmp/gpuhost-daemon-nocdi.json").get("CDISpecDirs") in ([], None)
 
 
 def test_crio_dropin(host, gpuhost_instance):
