@@ -45,7 +45,7 @@ deps:
 	tests/deps/install.sh
 
 images: deps
-	tests/hosts/build.sh debian12 debian13 rocky9 rocky10 arch
+	tests/hosts/build.sh debian12 debian13 rocky9 rocky10 arch ubuntu2204 ubuntu2404
 
 # Local signed apt/rpm/pacman repositories of stub packages (.cache/repos/current).
 repos: venv deps

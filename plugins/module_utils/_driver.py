@@ -596,7 +596,9 @@ def resolve_packages(plan_result: Mapping[str, t.Any], table: Mapping[str, t.Any
 
     Returns the same keys, resolved, plus ``hold``: every exact name the branch pin must cover (both flavours, the
     desktop set and the settings userland too, so the pin does not change when a toggle does), sorted. NVLSM is not
-    held: its versions do not follow the driver's, and dnf versionlock would exclude every one of them.
+    held: its versions do not follow the driver's, and dnf versionlock would exclude every one of them. Nor are the
+    module packages of a table with ``module_versioned_by_kernel`` true (Ubuntu's signed linux-modules-nvidia-*, versioned
+    6.8.0-136.136+1): a pin on the driver's version never matches them, and their names already carry the branch.
     """
     table = dict(table or {})
     branch = plan_result.get("branch")
@@ -620,7 +622,8 @@ def resolve_packages(plan_result: Mapping[str, t.Any], table: Mapping[str, t.Any
         else:
             value = _names(value)
         resolved[key] = value
-    hold = set(_names(resolved["module"]) + _names(resolved["desktop"]))
+    held_modules = [] if table.get("module_versioned_by_kernel") else _names(resolved["module"])
+    hold = set(held_modules + _names(resolved["desktop"]))
     for key in ("userspace", "fabric_manager", "settings", "pin"):
         hold.update(resolved[key])
     resolved["hold"] = sorted(n for n in hold if n)

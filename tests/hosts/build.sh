@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build (or reuse) the podman test hosts.
-#   tests/hosts/build.sh [debian12|debian13|rocky9|rocky10|arch ...]
+#   tests/hosts/build.sh [debian12|debian13|rocky9|rocky10|arch|ubuntu2204|ubuntu2404 ...]
 #   tests/hosts/build.sh --bare      the bare debootstrap image only (printed tag)
 # Each image is tagged localhost/gpuhost-<name>:<key>, where <key> hashes the builder's files,
 # and re-tagged :latest. An image whose key already exists is reused, so a second run costs
@@ -32,7 +32,7 @@ debian_mirror() {
 }
 
 # Images built on top of another one (emulated distros on a Debian host; rocky10 needs trixie's dnf versionlock plugin).
-declare -A PARENT=([rocky9]=debian12 [rocky10]=debian13 [arch]=debian12)
+declare -A PARENT=([rocky9]=debian12 [rocky10]=debian13 [arch]=debian12 [ubuntu2204]=debian12 [ubuntu2404]=debian12)
 # Images that share another image's files without being built on it (debian13 copies debian12's zipimport cache).
 declare -A SHARES=([debian13]=debian12)
 
@@ -82,7 +82,7 @@ build_debian13() {
         -t "localhost/gpuhost-debian13:$key" -f "$here/debian13/Containerfile" "$here" >/dev/null
 }
 
-# rocky9, rocky10, arch: FROM the parent image built (or reused) for the same checkout.
+# rocky9, rocky10, arch, ubuntu2204, ubuntu2404: FROM the parent image built (or reused) for the same checkout.
 build_derived() {
     local name="$1" key="$2" parent
     parent=$(build_one "${PARENT[$name]}")
@@ -122,7 +122,7 @@ main() {
         return
     fi
     for name in "${@:-debian12}"; do
-        [[ -d "$here/$name" && -f "$here/$name/Containerfile" ]] || { log "unknown test host '$name' (have: debian12 debian13 rocky9 rocky10 arch)"; exit 2; }
+        [[ -d "$here/$name" && -f "$here/$name/Containerfile" ]] || { log "unknown test host '$name' (have: debian12 debian13 rocky9 rocky10 arch ubuntu2204 ubuntu2404)"; exit 2; }
         build_one "$name"
     done
 }

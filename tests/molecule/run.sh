@@ -3,7 +3,7 @@
 # and print one line per scenario with its result, testinfra counts and wall time.
 #   tests/molecule/run.sh [SCENARIO] [DISTRO]
 # SCENARIO: a directory under molecule/, or several separated by spaces (default: $MOLECULE_SCENARIOS, else all). DISTRO: debian12,
-# debian13, rocky9, rocky10 or arch;
+# debian13, rocky9, rocky10, arch, ubuntu2204 or ubuntu2404;
 # only that family's platforms run (`molecule test -s S --platform-name P`, once per platform of the
 # scenario whose name has the DISTRO as one of its dash-separated parts), and a scenario without such a
 # platform is skipped with a message. DISTRO is also exported to the scenarios as GPUHOST_DISTRO.
@@ -52,8 +52,8 @@ if [[ ${#scenarios[@]} -eq 0 ]]; then
 fi
 if [[ -n "$GPUHOST_DISTRO" ]]; then
     case "$GPUHOST_DISTRO" in
-        debian12 | debian13 | rocky9 | rocky10 | arch) ;;
-        *) echo "DISTRO must be debian12, debian13, rocky9, rocky10 or arch, not '$GPUHOST_DISTRO'" >&2; exit 2 ;;
+        debian12 | debian13 | rocky9 | rocky10 | arch | ubuntu2204 | ubuntu2404) ;;
+        *) echo "DISTRO must be debian12, debian13, rocky9, rocky10, arch, ubuntu2204 or ubuntu2404, not '$GPUHOST_DISTRO'" >&2; exit 2 ;;
     esac
     with_distro=()
     for name in "${scenarios[@]}"; do

@@ -42,6 +42,8 @@ FILE_DEST = {
     "nvidia-smi": "usr/bin/nvidia-smi",
     "nvidia-persistenced": "usr/bin/nvidia-persistenced",
     "nvidia-persistenced.service": "usr/lib/systemd/system/nvidia-persistenced.service",
+    # Ubuntu (#24): the unit of nvidia-compute-utils-<branch>[-server], where Ubuntu's packaging puts it
+    "nvidia-persistenced.service.ubuntu": "lib/systemd/system/nvidia-persistenced.service",
     "nvidia-fabricmanager.service": "usr/lib/systemd/system/nvidia-fabricmanager.service",
     # nvidia_driver (#17): the apt preferences of the stand-in for NVIDIA's pinning package
     "nvidia-driver-pinning-595": "etc/apt/preferences.d/nvidia-driver-pinning-595",
@@ -283,6 +285,9 @@ def build(out: Path) -> None:
     # apt_toolkit_versions: the apt repository also offers a current toolkit (#18), without moving rpm's newest
     build_apt(out / "apt", packages(manifest["apt"], manifest.get("apt_toolkit_versions", tk)), home, fpr)
     build_apt(out / "apt-cuda-debian13", driver_versions(manifest["apt-cuda-debian13"], manifest["apt-cuda-debian13-versions"]), home, fpr)
+    # Ubuntu (#24): the noble archive's restricted NVIDIA packages and NVIDIA's CUDA ubuntu2204 repository
+    for name in ("apt-ubuntu-noble", "apt-cuda-ubuntu2204"):
+        build_apt(out / name, manifest[name], home, fpr)
     rpm = manifest["rpm"]
     build_rpm_repo(out / "rpm" / "libnvidia-container", packages(rpm["libnvidia-container"], tk), home, fpr)
     build_rpm_repo(out / "rpm" / "cuda-rhel9", packages(rpm["cuda-rhel9"], tk), home, fpr, rpm.get("modules"))
