@@ -68,7 +68,9 @@ changelog-lint: venv
 build: venv
 	tests/build/check.sh
 
-molecule: venv images repos
+# Only the images the chosen scenarios run on (all of them without ROLE or MOLECULE_SCENARIOS).
+molecule: venv deps repos
+	tests/hosts/build.sh $$($(VBIN)/python tests/molecule/images.py $(or $(ROLE),$(MOLECULE_SCENARIOS)))
 	tests/molecule/run.sh $(ROLE) $(DISTRO)
 
 test: venv deps
