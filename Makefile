@@ -81,7 +81,8 @@ test: venv deps
 rehearsal: deps
 	SCENARIOS="$(SCENARIOS)" tests/rehearsal/run.sh
 
-demo: venv images repos
+demo: venv deps repos
+	tests/hosts/build.sh debian12
 	UPSTREAM=$(UPSTREAM) tests/demo/run.sh
 
 # The GPU tier (tests/gpu/README.md): gpu-bundle prepares wheels + tarball for a machine without network;
