@@ -1,0 +1,108 @@
+# Copyright (c) gpuhost.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Controller side of gpuhost.nvidia.gpuhost_converged: the inputs digest of the role the task runs in.
+
+The digest covers the role's name, the bytes of the role's files and of the collection's plugins (a changed task,
+template or module is a changed input), every variable of the role's argument specification as resolved for the
+host, the distribution, the kernel release, the package manager and the GPU facts that do not move by themselves.
+The module on the host then only reads files, one package query and one systemctl call.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import typing as t
+
+import yaml
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _converged
+
+RECORD_DIR = "/var/lib/gpuhost/converged"
+FACT_KEYS = ("distribution", "distribution_version", "distribution_release", "os_family", "kernel", "architecture", "pkg_mgr")
+DRIVER_KEYS = ("version", "branch", "kernel_module_type", "kernel_module_loaded", "kernel_module_version", "library_version")
+GPU_KEYS = ("index", "uuid", "name", "pci_bus_id", "pci_device_id", "architecture", "compute_capability", "bound_driver", "iommu_group")
+FUNCTION_KEYS = ("pci_bus_id", "pci_device_id", "class", "bound_driver", "iommu_group")
+PKG_MGR = {"apt": "apt", "dnf": "dnf", "dnf5": "dnf5", "yum": "yum", "pacman": "pacman"}
+
+
+def tree_digest(directories: list[str]) -> str:
+    """sha256 over the relative names and bytes of every file under ``directories`` (bytecode caches left out)."""
+    digest = hashlib.sha256()
+    for top in directories:
+        for base, dirs, files in os.walk(top):
+            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+            for name in sorted(files):
+                if name.endswith(".pyc"):
+                    continue
+                path = os.path.join(base, name)
+                digest.update(os.path.relpath(path, os.path.dirname(top)).encode("utf-8", "surrogateescape") + b"\0")
+                with open(path, "rb") as handle:
+                    digest.update(hashlib.sha256(handle.read()).digest())
+    return digest.hexdigest()
+
+
+def gpu_facts(facts: t.Any) -> t.Any:
+    """The GPU facts a role plans from: identity, binding and driver; nothing that changes while the host idles."""
+    if not isinstance(facts, dict):
+        return None
+    driver = facts.get("driver") if isinstance(facts.get("driver"), dict) else {}
+    iommu = facts.get("iommu") if isinstance(facts.get("iommu"), dict) else {}
+    return {
+        "present": facts.get("present"),
+        "state": facts.get("state"),
+        "driver": {key: driver.get(key) for key in DRIVER_KEYS},
+        "gpus": [{key: gpu.get(key) for key in GPU_KEYS} for gpu in facts.get("gpus") or [] if isinstance(gpu, dict)],
+        "pci_functions": [{key: f.get(key) for key in FUNCTION_KEYS} for f in facts.get("pci_functions") or [] if isinstance(f, dict)],
+        "iommu_enabled": iommu.get("enabled"),
+    }
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+
+    def _role_variables(self, role_path: str, task_vars: dict[str, t.Any]) -> dict[str, t.Any]:
+        spec_file = os.path.join(role_path, "meta", "argument_specs.yml")
+        with open(spec_file, "rb") as handle:
+            specs = yaml.safe_load(handle) or {}
+        names = sorted(((specs.get("argument_specs") or {}).get("main") or {}).get("options") or {})
+        # Resolved as the role's argument validation resolves them.
+        return self._templar.template({name: task_vars[name] for name in names if name in task_vars})
+
+    def run(self, tmp: t.Any = None, task_vars: dict[str, t.Any] | None = None) -> dict[str, t.Any]:
+        task_vars = task_vars or {}
+        result = super().run(tmp, task_vars)
+        del tmp
+        args = dict(self._task.args)
+        role = self._task._role
+        name = role.get_name(include_role_fqcn=False) if role is not None else None
+        state = args.get("state", "probe")
+        facts = task_vars.get("ansible_facts") or {}
+        if not args.get("path"):
+            if name is None:
+                raise AnsibleActionFail("gpuhost_converged outside a role needs path")
+            args["path"] = "%s/%s.json" % (RECORD_DIR, name)
+        extra = args.pop("inputs", None) or {}
+        if state in ("probe", "record") and not args.get("inputs_digest"):
+            if role is None:
+                raise AnsibleActionFail("gpuhost_converged outside a role needs inputs_digest")
+            role_path = role._role_path
+            collection_plugins = os.path.join(role_path, "..", "..", "plugins")
+            inputs = {
+                "role": name,
+                "code": tree_digest([role_path] + ([os.path.normpath(collection_plugins)] if os.path.isdir(collection_plugins) else [])),
+                "variables": self._role_variables(role_path, task_vars),
+                "facts": {key: facts.get(key) for key in FACT_KEYS},
+                "gpu": gpu_facts(facts.get("nvidia_gpu")),
+                "extra": extra,
+            }
+            args["inputs_digest"] = _converged.inputs_digest(inputs)
+        if "package_manager" not in args and PKG_MGR.get(facts.get("pkg_mgr")):
+            args["package_manager"] = PKG_MGR[facts["pkg_mgr"]]
+        result.update(self._execute_module(module_name="gpuhost.nvidia.gpuhost_converged", module_args=args, task_vars=task_vars))
+        return result

@@ -1,0 +1,210 @@
+# Copyright (c) gpuhost.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The converged fast path of the roles: what a full run left on the host, and what has drifted since.
+
+Private to this collection: no compatibility promise outside gpuhost.nvidia.
+
+A role that completes a full run writes a *record* (``build_record``): the digest of everything the role plans
+from (``inputs_digest``: its name, its code, its variables as resolved, the facts it reads), the sha256 of each file
+it manages, the installed version of each package it manages, the enablement and active state of each unit it
+manages, and the variables it reports to the rest of the play (``outputs``). The next run *probes* the host
+(``compare``): the same inputs and the same observed state mean the full run would change nothing, so the role can
+end there and hand back the recorded outputs. Anything else is drift, reported as sentences.
+
+Nothing here touches the host: the module gathers the observed state with one package-manager call and one
+``systemctl show`` call (``package_command``, ``unit_command``) and hands the outputs to the parsers below.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import typing as t
+
+RECORD_FORMAT = 1
+UNIT_PROPERTIES = ("LoadState", "UnitFileState", "ActiveState")
+PACKAGE_MANAGERS = ("apt", "dnf", "yum", "dnf5", "pacman")
+
+
+def canonical_json(data: t.Any) -> str:
+    """JSON with sorted keys and no whitespace: the same data always gives the same text."""
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def inputs_digest(inputs: t.Any) -> str:
+    """sha256 (hex) over the canonical JSON of ``inputs``."""
+    return hashlib.sha256(canonical_json(inputs).encode("utf-8")).hexdigest()
+
+
+def sha256_bytes(data: bytes | None) -> str | None:
+    """The hex sha256 of file content, None for a missing file."""
+    return None if data is None else hashlib.sha256(data).hexdigest()
+
+
+def package_command(manager: str, names: list[str]) -> list[str]:
+    """One read-only query for the installed versions of ``names`` with ``manager`` (an Ansible ``pkg_mgr``)."""
+    if manager == "apt":
+        return ["dpkg-query", "-W", "-f=${Package}\\t${db:Status-Abbrev}\\t${Version}\\n", "--"] + names
+    if manager in ("dnf", "yum", "dnf5"):
+        return ["rpm", "-q", "--qf", "%{NAME}\\t%{EPOCHNUM}:%{VERSION}-%{RELEASE}\\n", "--"] + names
+    if manager == "pacman":
+        return ["pacman", "-Q", "--"] + names
+    raise ValueError("package manager %r is not one of %s" % (manager, ", ".join(PACKAGE_MANAGERS)))
+
+
+def parse_packages(manager: str, names: list[str], output: str) -> dict[str, str | None]:
+    """Installed version by name (None when not installed) from ``package_command``'s standard output.
+
+    dpkg-query lists removed packages whose configuration files remain (status ``rc``): those count as not
+    installed. Names the query did not print (rpm says "package X is not installed" on standard output, the others
+    write to standard error) are not installed.
+    """
+    found: dict[str, str] = {}
+    for line in output.splitlines():
+        if manager == "apt":
+            parts = line.split("\t")
+            if len(parts) == 3 and parts[1].startswith("ii"):
+                found[parts[0]] = parts[2]
+        elif manager == "pacman":
+            parts = line.split()
+            if len(parts) == 2:
+                found[parts[0]] = parts[1]
+        else:
+            parts = line.split("\t")
+            if len(parts) == 2:
+                # Several installed versions of one name (kernel packages): keep them all, sorted.
+                found[parts[0]] = ",".join(sorted(set(found[parts[0]].split(",") + [parts[1]]))) if parts[0] in found else parts[1]
+    return {name: found.get(name) for name in names}
+
+
+def unit_command(units: list[str]) -> list[str]:
+    """One read-only ``systemctl show`` of the load, enablement and active state of ``units``."""
+    return ["systemctl", "show", "--property=" + ",".join(UNIT_PROPERTIES), "--"] + units
+
+
+def parse_units(units: list[str], output: str) -> dict[str, dict[str, str]]:
+    """State by unit from ``unit_command``'s output: systemctl prints one block per unit, in order, blank-line separated."""
+    blocks: list[dict[str, str]] = []
+    current: dict[str, str] = {}
+    for line in output.splitlines() + [""]:
+        if not line.strip():
+            if current:
+                blocks.append(current)
+                current = {}
+            continue
+        key, sep, value = line.partition("=")
+        if sep:
+            current[key.strip()] = value.strip()
+    states = {}
+    for index, unit in enumerate(units):
+        block = blocks[index] if index < len(blocks) else {}
+        states[unit] = {
+            "load": block.get("LoadState", "not-found") or "not-found",
+            "enabled": block.get("UnitFileState", ""),
+            "active": block.get("ActiveState", "inactive") or "inactive",
+        }
+    return states
+
+
+def build_record(digest: str, observed: dict[str, t.Any], outputs: dict[str, t.Any] | None = None) -> dict[str, t.Any]:
+    """The record a full run leaves: the inputs digest, the observed files, packages and units, and the outputs."""
+    return {
+        "format": RECORD_FORMAT,
+        "inputs_digest": digest,
+        "files": dict(observed.get("files", {})),
+        "packages": dict(observed.get("packages", {})),
+        "units": dict(observed.get("units", {})),
+        "outputs": dict(outputs or {}),
+    }
+
+
+def record_text(record: dict[str, t.Any]) -> str:
+    """The record as it is written: indented JSON with sorted keys and a final newline."""
+    return json.dumps(record, indent=2, sort_keys=True, default=str) + "\n"
+
+
+def parse_record(text: str) -> tuple[dict[str, t.Any] | None, str | None]:
+    """The record from its file text, or None and why it cannot be used."""
+    try:
+        record = json.loads(text)
+    except ValueError as exc:
+        return None, "the record is not valid JSON (%s)" % exc
+    if not isinstance(record, dict):
+        return None, "the record is not a JSON object"
+    if record.get("format") != RECORD_FORMAT:
+        return None, "the record has format %r, this collection writes format %d" % (record.get("format"), RECORD_FORMAT)
+    for key in ("files", "packages", "units", "outputs"):
+        if not isinstance(record.get(key), dict):
+            return None, "the record has no %s mapping" % key
+    if not isinstance(record.get("inputs_digest"), str):
+        return None, "the record has no inputs digest"
+    return record, None
+
+
+def wanted(record: dict[str, t.Any]) -> dict[str, list[str]]:
+    """What a probe must observe: the files, packages and units the record lists."""
+    return {key: sorted(record.get(key, {})) for key in ("files", "packages", "units")}
+
+
+def _short(digest: str | None) -> str:
+    return "absent" if digest is None else "sha256 %s" % digest[:12]
+
+
+def _file_drift(path: str, recorded: str | None, current: str | None) -> str | None:
+    if recorded == current:
+        return None
+    if current is None:
+        return "file %s is missing (recorded %s)" % (path, _short(recorded))
+    if recorded is None:
+        return "file %s exists now; the record says it was absent" % path
+    return "file %s changed (%s, recorded %s)" % (path, _short(current), _short(recorded))
+
+
+def _package_drift(name: str, recorded: str | None, current: str | None) -> str | None:
+    if recorded == current:
+        return None
+    if current is None:
+        return "package %s is not installed (recorded version %s)" % (name, recorded)
+    if recorded is None:
+        return "package %s is installed (version %s); the record says it was not" % (name, current)
+    return "package %s is version %s, recorded %s" % (name, current, recorded)
+
+
+def _unit_drift(name: str, recorded: dict[str, str], current: dict[str, str]) -> list[str]:
+    reasons = []
+    if recorded.get("load") != current.get("load"):
+        return ["unit %s is %s, recorded %s" % (name, current.get("load"), recorded.get("load"))]
+    if recorded.get("enabled") != current.get("enabled"):
+        reasons.append("unit %s is %s, recorded %s" % (name, current.get("enabled") or "without a unit file state",
+                                                      recorded.get("enabled") or "without a unit file state"))
+    # A unit that was running must still run; one that could not start (no GPU, no driver loaded) is not expected to.
+    if recorded.get("active") == "active" and current.get("active") != "active":
+        reasons.append("unit %s is %s, recorded active" % (name, current.get("active")))
+    return reasons
+
+
+def compare(record: dict[str, t.Any] | None, digest: str, observed: dict[str, t.Any], problem: str | None = None) -> dict[str, t.Any]:
+    """Whether the host is as the record says, and every drift found, as sentences.
+
+    ``observed`` holds ``files`` (path: sha256 or None), ``packages`` (name: version or None) and ``units`` (name:
+    {load, enabled, active}) for at least the items the record lists. ``problem`` says why there is no record.
+    """
+    if record is None:
+        return {"converged": False, "drift": ["no usable record (%s): the next run is a full run" % (problem or "none written yet")]}
+    drift: list[str] = []
+    if record["inputs_digest"] != digest:
+        drift.append("the inputs changed since the record (the role's variables, its code, the distribution, the kernel or the GPU facts)")
+    for path in sorted(record["files"]):
+        reason = _file_drift(path, record["files"][path], observed.get("files", {}).get(path))
+        if reason:
+            drift.append(reason)
+    for name in sorted(record["packages"]):
+        reason = _package_drift(name, record["packages"][name], observed.get("packages", {}).get(name))
+        if reason:
+            drift.append(reason)
+    for name in sorted(record["units"]):
+        current = observed.get("units", {}).get(name) or {"load": "not-found", "enabled": "", "active": "inactive"}
+        drift.extend(_unit_drift(name, record["units"][name] or {}, current))
+    return {"converged": not drift, "drift": drift}

@@ -1,0 +1,244 @@
+#!/usr/bin/python
+# Copyright (c) gpuhost.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: gpuhost_converged
+short_description: The roles' converged fast path - probe whether a role's last full run still holds, or record it
+version_added: 0.1.0
+description:
+  - Every role of this collection that changes a host ends a successful full run with O(state=record) - a JSON record of
+    the digest of what the role planned from, the sha256 of each file it manages, the installed version of each package
+    it manages (pins and locks are files), the state of each unit it manages, and the variables it reports.
+  - The next run starts with O(state=probe) - one read of those files, one package-manager query and one
+    C(systemctl show). When the inputs digest and every observed item match the record, RV(converged) is true and the
+    role ends there; otherwise RV(drift) lists, as sentences, what differs, and the role's full path runs and repairs it.
+  - The action plugin of the same name computes O(inputs_digest) on the controller when it is not given - over the
+    role's name, the role's files and the collection's plugins, every variable of the role's argument specification as
+    resolved, the distribution, its version, the kernel release, the package manager, and the GPU facts that do not
+    change by themselves (no utilisation, temperatures or processes). Run outside a role, pass O(inputs_digest) and
+    O(path) yourself.
+  - O(state=absent) removes the record (a role's own O(state=absent) path does this).
+author:
+  - gpuhost.nvidia developers (@gpuhost)
+attributes:
+  check_mode:
+    support: full
+    description: The probe reads only; the record is computed and diffed but not written.
+  diff_mode:
+    support: full
+    description: Shows the record before and after.
+  safe_file_operations:
+    support: full
+    description: Writes the record through a temporary file and an atomic move.
+  platform:
+    support: full
+    platforms: posix
+    description: Linux hosts with systemd and dpkg, rpm or pacman.
+options:
+  state:
+    description:
+      - V(probe) compares the host with the record (read-only); V(record) writes the record; V(absent) removes it.
+    type: str
+    choices: [probe, record, absent]
+    default: probe
+  path:
+    description:
+      - The record file. In a role the action plugin makes it C(/var/lib/gpuhost/converged/<role>.json); outside a role
+        it is required.
+    type: path
+  inputs:
+    description:
+      - More data the role plans from, folded into the inputs digest by the action plugin (the module itself ignores it).
+    type: dict
+    default: {}
+  inputs_digest:
+    description:
+      - The sha256 of everything the role plans from. Required for V(probe) and V(record).
+    type: str
+  files:
+    description:
+      - O(state=record) - the files the role manages; a missing file is recorded as absent.
+    type: list
+    elements: path
+    default: []
+  packages:
+    description:
+      - O(state=record) - the packages the role manages; one not installed is recorded as absent.
+    type: list
+    elements: str
+    default: []
+  units:
+    description:
+      - O(state=record) - the systemd units the role manages.
+    type: list
+    elements: str
+    default: []
+  package_manager:
+    description:
+      - How to ask for the installed versions - an Ansible C(pkg_mgr) value (the action plugin passes the host's).
+    type: str
+    choices: [apt, dnf, yum, dnf5, pacman]
+    default: apt
+  outputs:
+    description:
+      - O(state=record) - the variables the role reports to the rest of the play, handed back by a converged probe.
+    type: dict
+    default: {}
+seealso:
+  - module: gpuhost.nvidia.nvidia_gpu_facts
+"""
+
+EXAMPLES = r"""
+- name: Probe whether the host is as the role's last full run left it
+  gpuhost.nvidia.gpuhost_converged:
+    state: probe
+  register: __converged
+
+- name: End the role on a converged host (check mode always runs the full path)
+  ansible.builtin.meta: end_role
+  when: __converged.converged and not ansible_check_mode
+
+- name: Record what the full run left
+  gpuhost.nvidia.gpuhost_converged:
+    state: record
+    files: [/etc/apt/preferences.d/gpuhost-nvidia-driver.pref]
+    packages: [nvidia-driver]
+    units: [nvidia-persistenced.service]
+    outputs:
+      nvidia_driver_report: "{{ nvidia_driver_report }}"
+"""
+
+RETURN = r"""
+converged:
+  description: Whether the record exists, the inputs digest is the same and every recorded item is as recorded.
+  returned: state is probe or record
+  type: bool
+  sample: true
+drift:
+  description: What differs from the record, as sentences; empty when converged.
+  returned: state is probe or record
+  type: list
+  elements: str
+  sample: ["file /etc/docker/daemon.json changed (sha256 0a1b2c3d4e5f, recorded 9f8e7d6c5b4a)", "unit nvidia-persistenced.service is disabled, recorded enabled"]
+outputs:
+  description: The variables the role reported at its last full run, from the record; empty when not converged.
+  returned: state is probe
+  type: dict
+  sample: {"gpu_compose_report": ["gpu_compose: override /srv/app/compose.gpu.yml (written)"]}
+path:
+  description: The record file.
+  returned: always
+  type: str
+  sample: /var/lib/gpuhost/converged/nvidia_driver.json
+"""
+
+import os
+import typing as t
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.common.text.converters import to_bytes, to_text
+
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _converged, _files
+
+C_ENV = {"LC_ALL": "C", "LANGUAGE": "C"}
+
+
+def observe(module: AnsibleModule, files: list[str], packages: list[str], units: list[str], manager: str) -> dict[str, t.Any]:
+    """The observed state: each file's sha256, one package query, one systemctl call."""
+    observed: dict[str, t.Any] = {"files": {}, "packages": {}, "units": {}}
+    for path in files:
+        try:
+            observed["files"][path] = _converged.sha256_bytes(_files.read_bytes(path, "file"))
+        except _files.FileError as exc:
+            module.fail_json(msg=str(exc), path=exc.path)
+    if packages:
+        argv = _converged.package_command(manager, packages)
+        argv[0] = module.get_bin_path(argv[0], required=True)
+        # Each of these exits non-zero when a name is not installed; the names it printed are the installed ones.
+        rc, out, err = module.run_command(argv, environ_update=C_ENV)
+        observed["packages"] = _converged.parse_packages(manager, packages, out)
+    if units:
+        argv = _converged.unit_command(units)
+        argv[0] = module.get_bin_path(argv[0], required=True)
+        rc, out, err = module.run_command(argv, environ_update=C_ENV)
+        if rc != 0:
+            module.fail_json(msg="systemctl show failed: %s" % (err.strip() or out.strip()), rc=rc, cmd=argv)
+        observed["units"] = _converged.parse_units(units, out)
+    return observed
+
+
+def load(module: AnsibleModule, path: str) -> tuple[dict[str, t.Any] | None, str | None, bytes | None]:
+    """The record, why it cannot be used, and its bytes."""
+    try:
+        data = _files.read_bytes(path, "path")
+    except _files.FileError as exc:
+        module.fail_json(msg=str(exc), path=exc.path)
+    if data is None:
+        return None, "no record at %s" % path, None
+    record, problem = _converged.parse_record(to_text(data, errors="surrogate_or_strict"))
+    return record, problem, data
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec=dict(
+            state=dict(type="str", choices=["probe", "record", "absent"], default="probe"),
+            path=dict(type="path"),
+            inputs=dict(type="dict", default={}),
+            inputs_digest=dict(type="str"),
+            files=dict(type="list", elements="path", default=[]),
+            packages=dict(type="list", elements="str", default=[]),
+            units=dict(type="list", elements="str", default=[]),
+            package_manager=dict(type="str", choices=list(_converged.PACKAGE_MANAGERS), default="apt"),
+            outputs=dict(type="dict", default={}),
+        ),
+        required_if=[("state", "probe", ["inputs_digest"]), ("state", "record", ["inputs_digest"])],
+        supports_check_mode=True,
+    )
+    params = module.params
+    if not params["path"]:
+        module.fail_json(msg="path is required outside a role")
+    path = os.path.abspath(params["path"])
+    record, problem, before = load(module, path)
+
+    if params["state"] == "absent":
+        changed = before is not None
+        if changed and not module.check_mode:
+            try:
+                _files.remove(path, "path")
+            except _files.FileError as exc:
+                module.fail_json(msg=str(exc), path=exc.path)
+        module.exit_json(changed=changed, path=path, diff=_files.make_diff(path, before, b"") if changed else {})
+
+    if params["state"] == "probe":
+        want = _converged.wanted(record) if record else {"files": [], "packages": [], "units": []}
+        observed = observe(module, want["files"], want["packages"], want["units"], params["package_manager"])
+        verdict = _converged.compare(record, params["inputs_digest"], observed, problem)
+        module.exit_json(changed=False, path=path, outputs=record["outputs"] if record and verdict["converged"] else {}, **verdict)
+
+    # Record: what the full run left. It counts as a change when a probe would not have found the host converged
+    # against the old record; the outputs are refreshed without counting (they describe the run, not the host).
+    observed = observe(module, sorted(set(params["files"])), sorted(set(params["packages"])), sorted(set(params["units"])),
+                       params["package_manager"])
+    new = _converged.build_record(params["inputs_digest"], observed, params["outputs"])
+    verdict = _converged.compare(record, params["inputs_digest"], observed, problem)
+    if record is not None and _converged.wanted(record) != _converged.wanted(new):
+        verdict = {"converged": False, "drift": verdict["drift"] + ["the managed files, packages or units changed"]}
+    content = to_bytes(_converged.record_text(new))
+    changed = not verdict["converged"]
+    diff = _files.make_diff(path, before, content)
+    if content != before and not module.check_mode:
+        try:
+            _files.make_dirs(os.path.dirname(path), "path")
+            _files.write_file(module, path, content, what="path")
+        except _files.FileError as exc:
+            module.fail_json(msg=str(exc), path=exc.path)
+    module.exit_json(changed=changed, path=path, diff=diff if changed else {}, **verdict)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,101 @@
+# Copyright (c) gpuhost.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""gpuhost_converged: record, probe, drift, check mode and absent, with canned dpkg-query and systemctl output."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ansible.module_utils import basic
+
+from ansible_collections.gpuhost.nvidia.plugins.modules import gpuhost_converged
+
+DPKG = {"nvidia-smi": "nvidia-smi\tii \t535.261.03-1\n"}
+UNITS = "LoadState=loaded\nUnitFileState=enabled\nActiveState=active\n"
+
+
+@pytest.fixture
+def host(monkeypatch):
+    """A host whose dpkg database and systemd answer from ``state``; every command run is in ``calls``."""
+    state = {"packages": dict(DPKG), "units": UNITS}
+    calls = []
+
+    def run_command(self, argv, **kwargs):
+        calls.append(argv)
+        # The test's get_bin_path finds no real binary (argv[0] is None): the arguments say which command it is.
+        if argv[1] == "-W":
+            return 0, "".join(state["packages"].get(name, "") for name in argv[argv.index("--") + 1:]), ""
+        if argv[1] == "show":
+            return 0, state["units"], ""
+        raise AssertionError(argv)
+
+    monkeypatch.setattr(basic.AnsibleModule, "run_command", run_command)
+    state["calls"] = calls
+    return state
+
+
+@pytest.fixture
+def run(run_module, monkeypatch, host):
+    def call(args, check_mode=False):
+        return run_module(gpuhost_converged, args, check_mode=check_mode)
+    return call
+
+
+def test_record_then_probe_then_each_drift(run, host, tmp_path):
+    managed = tmp_path / "daemon.json"
+    managed.write_text('{"runtimes": {"nvidia": {}}}\n')
+    record_path = tmp_path / "state" / "toolkit.json"
+    record = {"state": "record", "path": str(record_path), "inputs_digest": "d1", "files": [str(managed)],
+              "packages": ["nvidia-smi"], "units": ["nvidia-persistenced.service"], "outputs": {"x_report": ["done"]}}
+    probe = {"state": "probe", "path": str(record_path), "inputs_digest": "d1"}
+
+    assert run(probe)["drift"] == ["no usable record (no record at %s): the next run is a full run" % record_path]
+    predicted = run(record, check_mode=True)
+    assert predicted["changed"] and not record_path.exists()
+    first = run(record)
+    assert first["changed"] and json.loads(record_path.read_text())["packages"] == {"nvidia-smi": "535.261.03-1"}
+    again = run(record)
+    assert not again["changed"]
+    host["calls"].clear()
+    converged = run(probe)
+    assert (converged["converged"], converged["drift"], converged["outputs"]) == (True, [], {"x_report": ["done"]})
+    assert [argv[1] for argv in host["calls"]] == ["-W", "show"]  # one package query, one systemctl call
+
+    assert "inputs changed" in run(dict(probe, inputs_digest="d2"))["drift"][0]
+    managed.write_text('{"runtimes": {}}\n')
+    assert run(probe)["drift"][0].startswith("file %s changed" % managed)
+    managed.write_text('{"runtimes": {"nvidia": {}}}\n')
+    host["packages"]["nvidia-smi"] = "nvidia-smi\tii \t535.247.01-1\n"
+    assert run(probe)["drift"] == ["package nvidia-smi is version 535.247.01-1, recorded 535.261.03-1"]
+    host["packages"].clear()
+    assert run(probe)["drift"] == ["package nvidia-smi is not installed (recorded version 535.261.03-1)"]
+    host["packages"].update(DPKG)
+    host["units"] = UNITS.replace("enabled", "disabled")
+    assert run(probe)["drift"] == ["unit nvidia-persistenced.service is disabled, recorded enabled"]
+    assert run(probe)["outputs"] == {}
+
+    # A record after a repair counts as a change; absent removes it (check mode keeps it).
+    assert run(record)["changed"]
+    assert run({"state": "absent", "path": str(record_path)}, check_mode=True)["changed"] and record_path.exists()
+    assert run({"state": "absent", "path": str(record_path)})["changed"] and not record_path.exists()
+    assert not run({"state": "absent", "path": str(record_path)})["changed"]
+
+
+def test_new_outputs_alone_rewrite_the_record_without_a_change(run, tmp_path):
+    record_path = tmp_path / "r.json"
+    args = {"state": "record", "path": str(record_path), "inputs_digest": "d", "outputs": {"a": 1}}
+    assert run(args)["changed"]
+    assert not run(dict(args, outputs={"a": 2}))["changed"]
+    assert json.loads(record_path.read_text())["outputs"] == {"a": 2}
+    assert run(dict(args, files=[str(tmp_path / "new")]))["changed"]  # the managed set itself changed
+
+
+def test_a_broken_record_is_drift_not_a_failure(run, tmp_path):
+    record_path = tmp_path / "r.json"
+    record_path.write_text("not json")
+    result = run({"state": "probe", "path": str(record_path), "inputs_digest": "d"})
+    assert not result.get("failed") and not result["converged"] and "not valid JSON" in result["drift"][0]
