@@ -226,7 +226,11 @@ def main() -> None:
     if verify_only:
         if not _gpg.converged(installed, pinned, None):
             why = installed.problem or ("it does not exist" if installed.data is None else None)
-            msg = ("the key at %s cannot be checked: %s" % (dest, why)) if why else _gpg.mismatch(pinned, installed.fingerprints, dest)
+            if why:
+                msg = "the key at %s cannot be checked: %s" % (dest, why)
+            else:
+                msg = "the key file %s does not hold exactly the pinned key: expected %s, got %s" % (
+                    dest, pinned, ", ".join(installed.fingerprints) or "no primary key")
             module.fail_json(msg="%s. Nothing was installed." % msg, **result)
         module.exit_json(**result)
 

@@ -9,7 +9,9 @@ import yaml
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
 ROOT = Path(__file__).resolve().parents[2]
-ROLES = sorted(path.name for path in (ROOT / "roles").iterdir() if (path / "meta" / "argument_specs.yml").is_file())
+# The roles a user puts in a play: those with a main entry point (internal_repository has only tasks_from ones).
+ROLES = sorted(path.name for path in (ROOT / "roles").iterdir() if (path / "meta" / "argument_specs.yml").is_file()
+               and "main" in yaml.safe_load((path / "meta" / "argument_specs.yml").read_text(encoding="utf-8"))["argument_specs"])
 VAR_FILES = sorted((ROOT / "examples" / "inventory").glob("*_vars/*.yml"))
 
 

@@ -234,10 +234,29 @@ def _render(name, host, plan, pkgs):
         return env.from_string(handle.read()).render(**variables)
 
 
+def _render_pin(plan, pkgs):
+    """The driver's apt hold as the role writes it: the pin that tasks/install_apt.yml passes, rendered through the
+    internal repository role's apt.pref.j2 (#19: one preferences template for every role)."""
+    import jinja2
+    from jinja2.nativetypes import NativeEnvironment
+
+    with open(os.path.join(ROLE, "tasks", "install_apt.yml"), encoding="utf-8") as handle:
+        task = next(t for t in yaml.safe_load(handle) if t.get("ansible.builtin.include_role", {}).get("tasks_from") == "apt_pin.yml")
+    variables = {"__nvidia_driver_plan": plan, "__nvidia_driver_pkgs": pkgs, "nvidia_driver_pin": True,
+                 "__nvidia_driver_use_pinning_package": False,
+                 "__nvidia_driver_pin_glob": (plan["version"] + "-*") if plan.get("version") else "%s.*" % plan["branch"]}
+    pin = NativeEnvironment(undefined=jinja2.StrictUndefined).from_string(task["vars"]["internal_repository_pin"].strip()).render(**variables)
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=True)
+    template = os.path.join(ROLE, "..", "internal_repository", "templates", "apt.pref.j2")
+    with open(template, encoding="utf-8") as handle:
+        return env.from_string(handle.read()).render(internal_repository_pin=pin, internal_repository_owner=task["vars"]["internal_repository_owner"],
+                                                     ansible_managed="managed")
+
+
 def test_apt_preferences_hold_exact_names_at_the_branch():
     host = Host("debian12")
     plan = host.plan({"source": "distro"}, gpus=("10de:1db6",))
-    text = _render("apt.pref.j2", host, plan, host.packages(plan))
+    text = _render_pin(plan, host.packages(plan))
     package_line = next(line for line in text.splitlines() if line.startswith("Package: "))
     assert "*" not in package_line and " nvidia-kernel-dkms " in package_line + " "
     assert "Pin: version 535.*" in text and "Pin-Priority: 1001" in text

@@ -135,7 +135,8 @@ def test_verify_only_checks_the_installed_keyring(run_module, tmp_path, keys):
     assert missing["failed"] and missing["msg"] == "the key at %s cannot be checked: it does not exist. Nothing was installed." % dest
     dest.write_bytes(keys["rogue"].armored)
     wrong = run_module(repository_key, options)
-    assert wrong["failed"] and "expected %s, got %s" % (keys["pinned"].fingerprint, keys["rogue"].fingerprint) in wrong["msg"]
+    assert wrong["failed"] and wrong["msg"] == "the key file %s does not hold exactly the pinned key: expected %s, got %s. Nothing was installed." % (
+        dest, keys["pinned"].fingerprint, keys["rogue"].fingerprint)
     dest.write_bytes(keys["pinned"].armored)
     ok = run_module(repository_key, options)
     assert (ok["changed"], ok["fetched"], ok["fingerprints"], ok["format"]) == (False, False, [keys["pinned"].fingerprint], "armored")
