@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import typing as t
 
 RECORD_FORMAT = 1
@@ -41,6 +42,11 @@ def inputs_digest(inputs: t.Any) -> str:
 def sha256_bytes(data: bytes | None) -> str | None:
     """The hex sha256 of file content, None for a missing file."""
     return None if data is None else hashlib.sha256(data).hexdigest()
+
+
+def package_name(spec: str) -> str:
+    """The package name of an install request: C(nvidia-smi=535.*) and C(nvidia-smi>=535) are C(nvidia-smi)."""
+    return re.split(r"[=<>]", spec.strip(), maxsplit=1)[0].strip()
 
 
 def package_command(manager: str, names: list[str]) -> list[str]:
@@ -116,7 +122,8 @@ def build_record(digest: str, observed: dict[str, t.Any], outputs: dict[str, t.A
         "files": dict(observed.get("files", {})),
         "packages": dict(observed.get("packages", {})),
         "units": dict(observed.get("units", {})),
-        "outputs": dict(outputs or {}),
+        # A variable the run left undefined is passed as null: it is left out, so the fast path leaves it undefined too.
+        "outputs": {key: value for key, value in (outputs or {}).items() if value is not None},
     }
 
 

@@ -67,7 +67,8 @@ options:
     default: []
   packages:
     description:
-      - O(state=record) - the packages the role manages; one not installed is recorded as absent.
+      - O(state=record) - the packages the role manages; one not installed is recorded as absent. A version request
+        (C(name=1.2*), C(name>=1.2)) counts as its name.
     type: list
     elements: str
     default: []
@@ -86,6 +87,7 @@ options:
   outputs:
     description:
       - O(state=record) - the variables the role reports to the rest of the play, handed back by a converged probe.
+        A null value (a variable the run left undefined) is left out.
     type: dict
     default: {}
 seealso:
@@ -222,7 +224,7 @@ def main() -> None:
 
     # Record: what the full run left. It counts as a change when a probe would not have found the host converged
     # against the old record; the outputs are refreshed without counting (they describe the run, not the host).
-    observed = observe(module, sorted(set(params["files"])), sorted(set(params["packages"])), sorted(set(params["units"])),
+    observed = observe(module, sorted(set(params["files"])), sorted(set(_converged.package_name(p) for p in params["packages"]) - {""}), sorted(set(params["units"])),
                        params["package_manager"])
     new = _converged.build_record(params["inputs_digest"], observed, params["outputs"])
     verdict = _converged.compare(record, params["inputs_digest"], observed, problem)

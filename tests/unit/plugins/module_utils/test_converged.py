@@ -138,3 +138,9 @@ def test_systemctl_show_blocks_follow_the_order_of_the_units():
         "nope.service": {"load": "not-found", "enabled": "", "active": "inactive"},
     }
     assert _converged.parse_units(["x.service"], "")["x.service"]["load"] == "not-found"
+
+
+@pytest.mark.parametrize("spec, name", [("nvidia-smi", "nvidia-smi"), ("nvidia-smi=535.*", "nvidia-smi"),
+                                        ("nvidia-container-toolkit>=1.17", "nvidia-container-toolkit"), (" x ", "x")])
+def test_a_version_request_counts_as_its_package_name(spec, name):
+    assert _converged.package_name(spec) == name
