@@ -64,9 +64,9 @@ def test_repository_signed_by_the_pinned_key(host, gpuhost_instance):
     fingerprint = (PROJECT / ".cache/repos/current/key/fingerprint").read_text().strip()
     if fam == "debian12":
         sources = host.file("/etc/apt/sources.list.d/gpuhost-nvidia-container-toolkit.sources").content_string
-        assert "Signed-By: /etc/apt/keyrings/gpuhost-nvidia-container-toolkit.asc" in sources
+        assert "Signed-By: /etc/apt/keyrings/gpuhost-nvidia-container-toolkit.gpg" in sources
         assert "URIs: file:/srv/gpuhost-repos/apt/" in sources
-        keyring = "/etc/apt/keyrings/gpuhost-nvidia-container-toolkit.asc"
+        keyring = "/etc/apt/keyrings/gpuhost-nvidia-container-toolkit.gpg"
         pin = host.file("/etc/apt/preferences.d/gpuhost-nvidia-container-toolkit.pref").content_string
         assert "Pin: version 1.18.0-*" in pin and "Pin-Priority: 1001" in pin
         # apt would pick 1.20.0 without the pin

@@ -134,9 +134,9 @@ def test_repository_and_pinned_key(host, case):
     if case == "debian13-nvidia":
         sources = host.file("/etc/apt/sources.list.d/gpuhost-nvidia-cuda.sources").content_string
         for line in ("URIs: file:///srv/gpuhost-repos/apt-cuda-debian13", "Suites: /",
-                     "Signed-By: /etc/apt/keyrings/gpuhost-nvidia-cuda.asc"):
+                     "Signed-By: /etc/apt/keyrings/gpuhost-nvidia-cuda.gpg"):
             assert line in sources, sources
-        key = "/etc/apt/keyrings/gpuhost-nvidia-cuda.asc"
+        key = "/etc/apt/keyrings/gpuhost-nvidia-cuda.gpg"
     elif case.startswith("rocky"):
         repo = host.file("/etc/yum.repos.d/gpuhost-nvidia-cuda.repo").content_string
         for line in ("baseurl = file:///srv/gpuhost-repos/rpm/cuda-rhel" + case[len("rocky"):], "gpgcheck = 1", "repo_gpgcheck = 1",
@@ -197,6 +197,11 @@ BAD = {
         "nvidia_driver_repo_url: 'file:///srv/gpuhost-repos/apt\\nSigned-By: /tmp/other.asc' holds the control character '\\n'",
     ]),
     "rogue_key": ("rocky9", ["does not match the pinned fingerprint: expected "]),
+    "unpinned_key": ("rocky10", [
+        "The repository file:///srv/gpuhost-repos/rpm/cuda-rhel10 needs a key URL and the fingerprint the key must have "
+        "(nvidia_driver_repo_key_url and nvidia_driver_repo_key_fingerprint): no public source quotes the full fingerprint",
+        "Nothing was installed.",
+    ]),
 }
 
 
