@@ -314,6 +314,54 @@ def converged(installed: Installed, pinned: str, fmt: str | None) -> bool:
     return is_armored(installed.data) == (fmt == "armored")
 
 
+def verify_error(installed: Installed, pinned: str, dest: str) -> str | None:
+    """Why ``dest`` (already read into ``installed``) does not hold exactly the pinned key, in any format."""
+    if converged(installed, pinned, None):
+        return None
+    if installed.data is None or installed.problem:
+        return "the key at %s cannot be checked: %s" % (dest, installed.problem or "it does not exist")
+    return "the key file %s does not hold exactly the pinned key: expected %s, got %s" % (
+        dest, pinned, ", ".join(installed.fingerprints) or "no primary key")
+
+
+@dataclass
+class Plan:
+    """What the module writes: ``content`` for the destination (unchanged bytes when converged), the key, and whether
+    the source was read."""
+
+    content: bytes
+    key: Key
+    fetched: bool
+
+
+def plan(installed: Installed, pinned: str, fmt: str, refresh: bool, fetch: t.Callable[[], tuple[bytes, str]]) -> Plan:
+    """The destination's new content. ``fetch()`` returns the source's bytes and a name for messages; it is called only
+    when the destination does not already hold the pinned key in ``fmt`` (or ``refresh``). Raises GpgError."""
+    if converged(installed, pinned, fmt) and not refresh:
+        return Plan(content=t.cast(bytes, installed.data), key=t.cast(Key, installed.key), fetched=False)
+    source, where = fetch()
+    key, content = plan_write(source, pinned, fmt, where)
+    if converged(installed, pinned, fmt) and t.cast(Key, installed.key).packets == key.packets:
+        content = t.cast(bytes, installed.data)  # the same key, armoured differently: leave the file alone
+    return Plan(content=content, key=key, fetched=True)
+
+
+def file_format(installed: Installed) -> str | None:
+    """``binary`` or ``armored`` for a destination that holds a key, else None."""
+    if installed.key is None or installed.data is None:
+        return None
+    return "armored" if is_armored(installed.data) else "binary"
+
+
+def describe(installed: Installed) -> str:
+    """The diff's text for what the destination holds."""
+    if installed.data is None:
+        return ""
+    if installed.key is None:
+        return "not an OpenPGP key: %s\n" % installed.problem
+    return "format: %s\n%s" % (file_format(installed), installed.key.describe())
+
+
 def plan_write(source: bytes, pinned: str, fmt: str, where: str) -> tuple[Key, bytes]:
     """The key read from ``source`` and the bytes to install. Raises GpgError naming ``where`` and both fingerprints
     when the key is not exactly the pinned one."""

@@ -204,6 +204,7 @@ def main() -> None:
         supports_check_mode=True,
     )
     params = module.params
+    # Validate (nothing read from the host yet).
     errors = _validate.check(params, RULES)
     problem = _gpg.fingerprint_error(params["fingerprint"])
     if problem:
@@ -212,8 +213,6 @@ def main() -> None:
         module.fail_json(msg="; ".join(errors), errors=errors)
     pinned = _gpg.normalize_fingerprint(params["fingerprint"])
     dest = os.path.abspath(params["dest"])
-    verify_only = not (params["url"] or params["src"])
-    fmt = None if verify_only else params["format"]
 
     # Read what is installed.
     try:
@@ -221,64 +220,41 @@ def main() -> None:
     except _files.FileError as exc:
         module.fail_json(msg=str(exc), path=exc.path)
     result: dict[str, t.Any] = dict(changed=False, dest=dest, fingerprint=pinned, fingerprints=installed.fingerprints, fetched=False,
-                                    format=None if installed.key is None else ("armored" if _gpg.is_armored(t.cast(bytes, installed.data)) else "binary"))
+                                    format=_gpg.file_format(installed))
 
-    if verify_only:
-        if not _gpg.converged(installed, pinned, None):
-            why = installed.problem or ("it does not exist" if installed.data is None else None)
-            if why:
-                msg = "the key at %s cannot be checked: %s" % (dest, why)
-            else:
-                msg = "the key file %s does not hold exactly the pinned key: expected %s, got %s" % (
-                    dest, pinned, ", ".join(installed.fingerprints) or "no primary key")
-            module.fail_json(msg="%s. Nothing was installed." % msg, **result)
+    # Without a source: only check.
+    if not (params["url"] or params["src"]):
+        problem = _gpg.verify_error(installed, pinned, dest)
+        if problem:
+            module.fail_json(msg="%s. Nothing was installed." % problem, **result)
         module.exit_json(**result)
 
-    fmt = t.cast(str, fmt)
-    if _gpg.converged(installed, pinned, fmt) and not params["refresh"]:
-        content = t.cast(bytes, installed.data)
-        key = t.cast(_gpg.Key, installed.key)
-    else:
-        # Plan: fetch and check the key (in check mode too: a wrong key fails the prediction as it fails the run).
-        source, where = fetch(module, params["url"], params["src"])
-        result["fetched"] = True
-        try:
-            key, content = _gpg.plan_write(source, pinned, fmt, where)
-        except _gpg.GpgError as exc:
-            module.fail_json(msg="%s. Nothing was installed. Check the URL, or pin the new key's fingerprint." % exc, **result)
-        if installed.data is not None and _gpg.converged(installed, pinned, fmt) and t.cast(_gpg.Key, installed.key).packets == key.packets:
-            content = installed.data  # the same key, armoured differently: leave the file alone
-
-    # Act.
-    directory = os.path.dirname(dest)
+    # Plan: fetch and check the key only when the destination is not already the pinned key (in check mode too: a
+    # wrong key fails the prediction as it fails the run).
     try:
-        if not _files.check_directory(directory, "dest"):
-            result["changed"] = True
-            if not module.check_mode:
-                _files.make_dirs(directory, "dest")
+        planned = _gpg.plan(installed, pinned, params["format"], params["refresh"], lambda: fetch(module, params["url"], params["src"]))
+    except _gpg.GpgError as exc:
+        module.fail_json(msg="%s. Nothing was installed. Check the URL, or pin the new key's fingerprint." % exc, **result)
+
+    # Act: the directory, then the file (write_file writes nothing in check mode, and applies mode and owner).
+    try:
+        missing_dir = not _files.check_directory(os.path.dirname(dest), "dest")
+        if missing_dir and not module.check_mode:
+            _files.make_dirs(os.path.dirname(dest), "dest")
     except _files.FileError as exc:
         module.fail_json(msg=str(exc), path=exc.path)
-    if module.check_mode and result["changed"]:
-        outcome_changed = True  # the directory does not exist yet, so neither does the file
+    if missing_dir and module.check_mode:
+        changed = True  # no directory yet, so no file: write_file cannot even look
     else:
-        outcome_changed = _files.write_file(module, dest, content, what="dest").changed
-    result["changed"] = result["changed"] or outcome_changed
-    result.update(fingerprints=key.fingerprints, format=fmt)
+        changed = _files.write_file(module, dest, planned.content, what="dest").changed or missing_dir
+    result.update(changed=changed, fetched=planned.fetched, fingerprints=planned.key.fingerprints, format=params["format"])
     result["diff"] = {
-        "before": _describe(installed),
-        "after": "format: %s\n%s" % (fmt, key.describe()),
+        "before": _gpg.describe(installed),
+        "after": "format: %s\n%s" % (params["format"], planned.key.describe()),
         "before_header": dest if installed.data is not None else "%s (absent)" % dest,
         "after_header": dest,
     }
     module.exit_json(**result)
-
-
-def _describe(installed: _gpg.Installed) -> str:
-    if installed.data is None:
-        return ""
-    if installed.key is None:
-        return "not an OpenPGP key: %s\n" % installed.problem
-    return "format: %s\n%s" % ("armored" if _gpg.is_armored(installed.data) else "binary", installed.key.describe())
 
 
 if __name__ == "__main__":
