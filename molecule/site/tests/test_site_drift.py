@@ -1,0 +1,96 @@
+"""The converged fast path stays honest (issue 21), on the Debian 12 host after idempotence (which took the fast path).
+
+For each role's record (/var/lib/gpuhost/converged/<role>.json) one managed item of each kind is changed behind the
+roles' back: a file edited (a runtime key in the toolkit's daemon.json), a package removed, an enabled unit disabled.
+The probe (gpuhost.nvidia.gpuhost_converged run outside the roles, one playbook for every role) must name each drift;
+then one run of site.yml must repair it (each drifted role changes something) and the probe must say converged again.
+This file runs after test_site.py, and the repair run writes its summaries elsewhere: the other tests read the
+idempotence run's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+SCENARIO = Path(__file__).resolve().parents[1]
+EPHEMERAL = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "."))
+RECORDS = "/var/lib/gpuhost/converged"
+ROLES = ["nvidia_driver", "nvidia_container_toolkit", "gpu_settings", "gpu_compose"]
+DAEMON_JSON = "/etc/docker/daemon.json"
+
+
+def playbook(tmp_path: Path, name: str, plays: list, *extra: str) -> dict:
+    """Run plays against the scenario's inventory with the JSON callback; its parsed output."""
+    path = tmp_path / name
+    path.write_text(json.dumps(plays), encoding="utf-8")
+    env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json", GPUHOST_RECORD_RUNS="0")
+    proc = subprocess.run(["ansible-playbook", "-i", os.environ["MOLECULE_INVENTORY_FILE"], str(path), *extra],
+                          env=env, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    return json.loads(proc.stdout)
+
+
+def probe(tmp_path: Path, instance: str, records: dict[str, dict]) -> dict[str, dict]:
+    """The probe of every role against its record's own inputs digest (the inputs digest is unit-tested)."""
+    tasks = [{"name": role, "gpuhost.nvidia.gpuhost_converged": {
+        "state": "probe", "path": f"{RECORDS}/{role}.json", "inputs_digest": record["inputs_digest"]}}
+        for role, record in records.items()]
+    result = playbook(tmp_path, "probe.json", [{"hosts": instance, "gather_facts": False, "tasks": tasks}])
+    return {t["task"]["name"]: t["hosts"][instance] for t in result["plays"][0]["tasks"]}
+
+
+def test_probe_sees_each_drift_and_one_run_repairs_it(host, gpuhost_instance, tmp_path):
+    if not gpuhost_instance.startswith("gpuhost-debian12"):
+        pytest.skip("the drift check runs on the Debian 12 host")
+    records = {role: json.loads(host.file(f"{RECORDS}/{role}.json").content_string) for role in ROLES}
+    assert all(r["outputs"] for r in records.values()), "every role recorded what it reports"
+    converged = probe(tmp_path, gpuhost_instance, records)
+    assert {role: (r["converged"], r["drift"]) for role, r in converged.items()} == {role: (True, []) for role in ROLES}
+
+    expected: dict[str, list[str]] = {role: [] for role in ROLES}
+    for role, record in records.items():
+        # A file: the toolkit's runtime key in daemon.json, else the first managed file that exists.
+        if role == "nvidia_container_toolkit":
+            host.check_output("python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); d[\"runtimes\"][\"nvidia\"][\"path\"]=\"/usr/bin/false\";"
+                              " json.dump(d, open(sys.argv[1], \"w\"))' %s", DAEMON_JSON)
+            expected[role].append(f"file {DAEMON_JSON} changed")
+        else:
+            path = next(p for p, digest in sorted(record["files"].items()) if digest and not p.endswith(".json"))
+            host.check_output("printf '\\n# gpuhost drift test\\n' >> %s", path)
+            expected[role].append(f"file {path} changed")
+        # A package (not a DKMS one: its removal runs dkms), removed under the roles' feet.
+        package = next((p for p, v in sorted(record["packages"].items(), reverse=True) if v and "dkms" not in p), None)
+        if package:
+            host.check_output("dpkg --remove --force-depends %s", package)
+            expected[role].append(f"package {package} is not installed")
+        # An enabled unit that is still there after that removal, disabled.
+        unit = next((u for u, st in sorted(record["units"].items()) if st["enabled"] == "enabled"
+                     and host.check_output("systemctl show --property=LoadState --value %s", u) == "loaded"), None)
+        if unit:
+            host.check_output("systemctl disable %s", unit)
+            expected[role].append(f"unit {unit} is disabled, recorded enabled")
+    kinds = {reason.split()[0] for reasons in expected.values() for reason in reasons}
+    assert kinds == {"file", "package", "unit"}, expected
+
+    drifted = probe(tmp_path, gpuhost_instance, records)
+    for role in ROLES:
+        assert drifted[role]["converged"] is False
+        for reason in expected[role]:
+            assert any(d.startswith(reason) for d in drifted[role]["drift"]), (role, reason, drifted[role]["drift"])
+
+    # One run of site.yml repairs every drift: each role changed something, and the probe says converged again.
+    repair = playbook(tmp_path, "repair.json", [{"ansible.builtin.import_playbook": str(SCENARIO / "converge.yml")}],
+                      "--limit", gpuhost_instance, "-e", f"gpuhost_summary_dir={tmp_path / 'summaries'}")
+    # The record task changes after any drift; the repair is what the role's other tasks changed.
+    changed_roles = {t["task"]["name"].split(" : ")[0].split(".")[-1] for p in repair["plays"] for t in p["tasks"]
+                     if t["hosts"].get(gpuhost_instance, {}).get("changed") and " : " in t["task"]["name"]
+                     and not t["task"]["name"].endswith("Record what the full run left for the next run's probe")}
+    assert changed_roles >= set(ROLES), (changed_roles, repair["stats"])
+    records_after = {role: json.loads(host.file(f"{RECORDS}/{role}.json").content_string) for role in ROLES}
+    again = probe(tmp_path, gpuhost_instance, records_after)
+    assert {role: (r["converged"], r["drift"]) for role, r in again.items()} == {role: (True, []) for role in ROLES}
