@@ -40,6 +40,11 @@ def _instances() -> list[str]:
     return [entry["instance"] for entry in yaml.safe_load(Path(config).read_text(encoding="utf-8"))]
 
 
+def instances() -> list[str]:
+    """The scenario's test containers, as Molecule created them."""
+    return _instances()
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "gpuhost_instance" in metafunc.fixturenames:
         metafunc.parametrize("gpuhost_instance", _instances(), scope="module")

@@ -69,6 +69,17 @@ def _host_row_base(entry: dict[str, t.Any]) -> tuple[dict[str, t.Any], str, list
     return base, status, problems
 
 
+def gpu_model(gpu: dict[str, t.Any]) -> str:
+    """The GPU's name; without one (a GPU seen on the PCI bus only, no driver), its architecture and PCI device id."""
+    if gpu.get("name"):
+        return str(gpu["name"])
+    device = gpu.get("pci_device_id")
+    arch = gpu.get("architecture")
+    if device:
+        return f"{arch} GPU ({device})" if arch else f"NVIDIA {device}"
+    return "unknown"
+
+
 def fleet_report(hosts: t.Iterable[dict[str, t.Any]], generated_at: str = "") -> dict[str, t.Any]:
     """Rows (one per GPU; one per host without GPUs), problems first, and the counts the charts show."""
     rows: list[dict[str, t.Any]] = []
@@ -94,10 +105,13 @@ def fleet_report(hosts: t.Iterable[dict[str, t.Any]], generated_at: str = "") ->
                          "health": "no GPU" if status in ("ok", "warn") else status, "kind": "host"})
             continue
         for gpu in gpus:
-            models[str(gpu.get("name") or "unknown")] += 1
+            model = gpu_model(gpu)
+            models[model] += 1
             mig = gpu.get("mig") or {}
             memory = gpu.get("memory_total_mib")
-            rows.append({**base, "gpu": gpu.get("index", ""), "model": gpu.get("name") or "",
+            # The GPU's index; without a driver there is none, and the PCI address names it.
+            index = gpu.get("index")
+            rows.append({**base, "gpu": index if index is not None else (gpu.get("pci_bus_id") or ""), "model": model,
                          "memory_gib": round(memory / 1024, 1) if isinstance(memory, (int, float)) else "",
                          "mig": (mig.get("current") or "") if isinstance(mig, dict) else str(mig),
                          "binding": gpu.get("bound_driver") or "", "health": _gpu_health(gpu, status), "kind": "gpu"})
@@ -253,7 +267,7 @@ def file_sd(targets: t.Iterable[dict[str, t.Any]]) -> list[dict[str, t.Any]]:
             "labels": {
                 "host": str(target.get("host")),
                 "exporter": str(target.get("kind") or ""),
-                "gpu_model": ",".join(sorted({str(g.get("name") or "unknown") for g in gpus})),
+                "gpu_model": ",".join(sorted({gpu_model(g) for g in gpus})),
                 "gpu_count": str(len(gpus)),
                 "driver_version": str((facts.get("driver") or {}).get("version") or ""),
             },

@@ -166,7 +166,8 @@ def test_fleet_report_over_the_test_hosts(host, gpuhost_instance, tmp_path):
     extra_inventory = str(SCENARIO / "report" / "inventory" / "hosts.yml")
     proc = subprocess.run(["ansible-playbook", "-i", os.environ["MOLECULE_INVENTORY_FILE"], "-i", extra_inventory,
                            str(SCENARIO.parents[1] / "playbooks" / "report.yml"), "-e", f"gpuhost_report_dir={out}",
-                           "-e", "ansible_python_interpreter=/usr/bin/python3", "-e", "gpuhost_targets=all:!localhost"],
+                           "-e", "ansible_python_interpreter=/usr/bin/python3", "-e", "gpuhost_targets=all:!localhost",
+                           "-e", "gpuhost_report_facts_root=/opt/gpuhost-fake-root"],
                           env=env, capture_output=True, text=True, check=False)
     result = json.loads(proc.stdout)
     changed = [(h, t["task"]["name"]) for p in result["plays"] for t in p["tasks"] for h, o in t["hosts"].items()
@@ -180,3 +181,20 @@ def test_fleet_report_over_the_test_hosts(host, gpuhost_instance, tmp_path):
     assert (out / "fleet.csv").read_text(encoding="utf-8").startswith("host,status,gpu,model,")
     page = (out / "fleet.html").read_text(encoding="utf-8")
     assert 'data-host="gpuhost-offline"' in page and "<svg" in page
+    # The page in a real browser (Debian's headless Chromium): one row per GPU of the reachable hosts, the unreachable
+    # host on top; the screenshot is kept as a test artifact (docs/report-screenshot.png is one of these).
+    chromium = shutil.which("chromium")
+    assert chromium, "chromium is not installed (bindep.txt; tests/deps/install.sh)"
+    browse = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--virtual-time-budget=5000"]
+    dom = subprocess.run([*browse, "--dump-dom", (out / "fleet.html").as_uri()], capture_output=True, text=True,
+                         timeout=120, check=True).stdout
+    rows = re.findall(r'<tr class="s-[a-z]+" data-kind="(gpu|host)" data-status="([a-z]+)" data-host="([^"]+)"', dom)
+    assert sorted(row[2] for row in rows if row[0] == "gpu") == ["gpuhost-debian12-gpu_exporter-dcgm"] * 2 + [
+        "gpuhost-debian12-gpu_exporter-nvgpu"]
+    assert rows[0][1:] == ("unreachable", "gpuhost-offline")
+    shot = SCENARIO.parents[1] / "tests" / "output" / "report" / "molecule-fleet.png"
+    shot.parent.mkdir(parents=True, exist_ok=True)
+    shot.unlink(missing_ok=True)
+    subprocess.run([*browse, "--window-size=1280,800", f"--screenshot={shot}", (out / "fleet.html").as_uri()],
+                   capture_output=True, timeout=120, check=True)
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

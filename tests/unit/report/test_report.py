@@ -104,3 +104,16 @@ def test_file_sd_labels_from_facts():
     ]
     with pytest.raises(AnsibleFilterError):
         gpu_exporter_file_sd([{"host": "x"}])
+
+
+def test_gpu_without_driver_is_named_by_architecture_and_pci_address():
+    """A GPU seen on the PCI bus only (no driver: no index, no name) is still a row a reader can identify."""
+    host = {"host": "bare", "status": "ok", "facts": {"driver": {}, "gpus": [
+        {"index": None, "name": None, "pci_bus_id": "0000:18:00.0", "pci_device_id": "10de:2330", "architecture": "Hopper"},
+        {"index": None, "name": None, "pci_bus_id": "0000:2a:00.0", "pci_device_id": "10de:9999", "architecture": None}]},
+        "doctor": {"status": "fail", "checks": [{"id": "driver_loaded", "status": "fail"}]}}
+    report = _report.fleet_report([host], "now")
+    assert [(row["gpu"], row["model"]) for row in report["rows"]] == [
+        ("0000:18:00.0", "Hopper GPU (10de:2330)"), ("0000:2a:00.0", "NVIDIA 10de:9999")]
+    assert report["charts"]["gpus_by_model"] == {"Hopper GPU (10de:2330)": 1, "NVIDIA 10de:9999": 1}
+    assert "None" not in _report.report_html(report)
