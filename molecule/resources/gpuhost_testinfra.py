@@ -113,6 +113,8 @@ def start_fresh_host(image: str, name: str) -> None:
     volume = gpuhost_agent.prepare([name])[name]
     subprocess.run(["podman", "run", "-d", "--name", name, "--hostname", name, "--systemd=always", "-v", volume,
                     image, "/sbin/init"], capture_output=True, check=True)
+    # / as a real root filesystem has it (nested podman's vfs storage leaves it 0700; create.yml says more)
+    subprocess.run(["podman", "exec", name, "chmod", "go+rx", "/"], capture_output=True, check=True)
     wait_for_systemd(name)
     gpuhost_agent.start([name])
 
