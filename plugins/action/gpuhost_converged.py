@@ -79,8 +79,9 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         del tmp
         args = dict(self._task.args)
-        role = self._task._role
-        name = role.get_name(include_role_fqcn=False) if role is not None else None
+        # role_name and role_path are the magic variables of the role this task runs in.
+        role_path = task_vars.get("role_path")
+        name = str(task_vars["role_name"]).rsplit(".", maxsplit=1)[-1] if role_path and task_vars.get("role_name") else None
         state = args.get("state", "probe")
         facts = task_vars.get("ansible_facts") or {}
         if not args.get("path"):
@@ -89,9 +90,8 @@ class ActionModule(ActionBase):
             args["path"] = "%s/%s.json" % (RECORD_DIR, name)
         extra = args.pop("inputs", None) or {}
         if state in ("probe", "record") and not args.get("inputs_digest"):
-            if role is None:
+            if name is None:
                 raise AnsibleActionFail("gpuhost_converged outside a role needs inputs_digest")
-            role_path = role._role_path
             collection_plugins = os.path.join(role_path, "..", "..", "plugins")
             inputs = {
                 "role": name,

@@ -184,8 +184,8 @@ def _unit_drift(name: str, recorded: dict[str, str], current: dict[str, str]) ->
     if recorded.get("load") != current.get("load"):
         return ["unit %s is %s, recorded %s" % (name, current.get("load"), recorded.get("load"))]
     if recorded.get("enabled") != current.get("enabled"):
-        reasons.append("unit %s is %s, recorded %s" % (name, current.get("enabled") or "without a unit file state",
-                                                      recorded.get("enabled") or "without a unit file state"))
+        unknown = "without a unit file state"
+        reasons.append("unit %s is %s, recorded %s" % (name, current.get("enabled") or unknown, recorded.get("enabled") or unknown))
     # A unit that was running must still run; one that could not start (no GPU, no driver loaded) is not expected to.
     if recorded.get("active") == "active" and current.get("active") != "active":
         reasons.append("unit %s is %s, recorded active" % (name, current.get("active")))

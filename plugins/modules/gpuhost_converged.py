@@ -125,7 +125,9 @@ drift:
   returned: state is probe or record
   type: list
   elements: str
-  sample: ["file /etc/docker/daemon.json changed (sha256 0a1b2c3d4e5f, recorded 9f8e7d6c5b4a)", "unit nvidia-persistenced.service is disabled, recorded enabled"]
+  sample:
+    - file /etc/docker/daemon.json changed (sha256 0a1b2c3d4e5f, recorded sha256 9f8e7d6c5b4a)
+    - unit nvidia-persistenced.service is disabled, recorded enabled
 outputs:
   description: The variables the role reported at its last full run, from the record; empty when not converged.
   returned: state is probe
@@ -222,12 +224,14 @@ def main() -> None:
         verdict = _converged.compare(record, params["inputs_digest"], observed, problem)
         module.exit_json(changed=False, path=path, outputs=record["outputs"] if record and verdict["converged"] else {}, **verdict)
 
-    # Record: what the full run left. It counts as a change when a probe would not have found the host converged
-    # against the old record; the outputs are refreshed without counting (they describe the run, not the host).
-    observed = observe(module, sorted(set(params["files"])), sorted(set(_converged.package_name(p) for p in params["packages"]) - {""}), sorted(set(params["units"])),
-                       params["package_manager"])
+    # Record: what the full run left. It counts as a change when there was no usable record or the host is not as the
+    # old record says (files, packages, units, or the set of them). A new inputs digest or new outputs alone rewrite
+    # the record without counting: a changed variable or a collection upgrade that changes nothing on the host is a
+    # run with nothing changed.
+    packages = sorted(set(_converged.package_name(p) for p in params["packages"]) - {""})
+    observed = observe(module, sorted(set(params["files"])), packages, sorted(set(params["units"])), params["package_manager"])
     new = _converged.build_record(params["inputs_digest"], observed, params["outputs"])
-    verdict = _converged.compare(record, params["inputs_digest"], observed, problem)
+    verdict = _converged.compare(record, record["inputs_digest"] if record else params["inputs_digest"], observed, problem)
     if record is not None and _converged.wanted(record) != _converged.wanted(new):
         verdict = {"converged": False, "drift": verdict["drift"] + ["the managed files, packages or units changed"]}
     content = to_bytes(_converged.record_text(new))

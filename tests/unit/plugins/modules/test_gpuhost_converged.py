@@ -85,12 +85,13 @@ def test_record_then_probe_then_each_drift(run, host, tmp_path):
     assert not run({"state": "absent", "path": str(record_path)})["changed"]
 
 
-def test_new_outputs_alone_rewrite_the_record_without_a_change(run, tmp_path):
+def test_new_outputs_or_inputs_alone_rewrite_the_record_without_a_change(run, tmp_path):
     record_path = tmp_path / "r.json"
     args = {"state": "record", "path": str(record_path), "inputs_digest": "d", "outputs": {"a": 1}}
     assert run(args)["changed"]
-    assert not run(dict(args, outputs={"a": 2}))["changed"]
+    assert not run(dict(args, outputs={"a": 2}, inputs_digest="e"))["changed"]
     assert json.loads(record_path.read_text())["outputs"] == {"a": 2}
+    assert json.loads(record_path.read_text())["inputs_digest"] == "e"
     assert run(dict(args, files=[str(tmp_path / "new")]))["changed"]  # the managed set itself changed
 
 
