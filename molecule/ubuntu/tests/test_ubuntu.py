@@ -1,0 +1,159 @@
+"""Verify playbooks/site.yml on the emulated Ubuntu 24.04 and 22.04 hosts (#24): the package names and versions each
+source installed from the stub repositories (Ubuntu's archive, NVIDIA's CUDA ubuntu2204 repository), the pin, the
+repository, Fabric Manager, the persistence daemon's drop-in over Ubuntu's unit, and the bad request that must fail
+before any change.
+
+The versions are the stubs' (tests/repos/packages.yml), which are the real packages' versions (docs/sources.md).
+No GPU and no loadable module exist in the containers: units are checked as installed and enabled, not running.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from gpuhost_testinfra import changed_tasks, run_playbook_json
+from gpuhost_testinfra import test_check_after_converge_changes_nothing, test_check_mode_predicted_converge  # noqa: F401  pylint: disable=unused-import
+
+SCENARIO = Path(os.environ.get("MOLECULE_SCENARIO_DIRECTORY", Path(__file__).resolve().parent.parent))
+SUMMARIES = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", ".")) / "summaries"
+NOBLE = "580.95.05-0ubuntu0.24.04.2"
+AZURE = "6.8.0-1031.36"
+CUDA = "580.105.08-1ubuntu1"
+TOOLKIT = "1.17.8-1"
+FAMILY = {
+    "ubuntu2404": {
+        "host": "Ubuntu 24.04 (Debian), kernel 6.8.0-1031-azure",
+        "installed": {
+            # the signed precompiled modules of the running kernel's flavour, and what they depend on
+            "linux-modules-nvidia-580-server-open-azure": AZURE,
+            "linux-modules-nvidia-580-server-open-6.8.0-1031-azure": AZURE,
+            "linux-signatures-nvidia-6.8.0-1031-azure": AZURE,
+            "linux-objects-nvidia-580-server-open-6.8.0-1031-azure": AZURE,
+            # the -server userland: the driver's and gpu_settings'
+            "nvidia-utils-580-server": NOBLE,
+            "libnvidia-compute-580-server": NOBLE,
+            "nvidia-kernel-common-580-server": NOBLE,
+            "nvidia-compute-utils-580-server": NOBLE,
+            "nvidia-container-toolkit": TOOLKIT,
+        },
+        "absent": ["linux-modules-nvidia-580-server-open-generic", "linux-modules-nvidia-580-server-open-aws",
+                   "linux-signatures-nvidia-6.8.0-136-generic", "nvidia-dkms-580-open", "nvidia-utils-580", "nvidia-fabricmanager-580"],
+        "hold": ["libnvidia-compute-580-server", "nvidia-compute-utils-580-server", "nvidia-kernel-common-580-server", "nvidia-utils-580-server"],
+        "repo": None,
+    },
+    "ubuntu2204": {
+        "host": "Ubuntu 22.04 (Debian), kernel ",
+        "installed": {
+            "nvidia-dkms-580-open": CUDA,
+            "nvidia-kernel-common-580": CUDA,
+            "libnvidia-compute-580": CUDA,
+            "nvidia-utils-580": CUDA,
+            "nvidia-compute-utils-580": CUDA,
+            "nvidia-fabricmanager-580": "580.105.08-1",
+            "nvidia-container-toolkit": TOOLKIT,
+        },
+        "absent": ["nvidia-utils-580-server", "libnvidia-compute-580-server", "linux-modules-nvidia-580-server-open-generic"],
+        "hold": ["libnvidia-compute-580", "nvidia-dkms-580-open", "nvidia-fabricmanager-580", "nvidia-utils-580"],
+        "repo": "file:///srv/gpuhost-repos/apt-cuda-ubuntu2204",
+    },
+}
+DROPIN = "/etc/systemd/system/nvidia-persistenced.service.d/gpuhost-persistence-mode.conf"
+
+
+@pytest.fixture(scope="module")
+def family(gpuhost_instance: str) -> str:
+    return gpuhost_instance.split("-")[1]
+
+
+def _installed(host) -> dict[str, str]:
+    out = host.check_output("dpkg-query -W -f='${db:Status-Status} ${Package} ${Version}\\n'")
+    return {name: version for status, name, version in (line.split() for line in out.splitlines()) if status == "installed"}
+
+
+def test_facts_say_ubuntu_with_the_release_and_the_presented_kernel(family):
+    summary = (SUMMARIES / f"gpuhost-{family}-ubuntu.txt").read_text(encoding="utf-8")
+    assert FAMILY[family]["host"] in summary.splitlines()[1]
+
+
+def test_the_sources_packages_are_installed_at_their_versions(host, family):
+    installed = _installed(host)
+    assert {name: installed.get(name) for name in FAMILY[family]["installed"]} == FAMILY[family]["installed"]
+    assert [name for name in FAMILY[family]["absent"] if name in installed] == []
+
+
+def test_every_installed_nvidia_package_is_a_stub_of_the_expected_set(host, family):
+    installed = _installed(host)
+    nvidia = {name for name in installed if "nvidia" in name and not name.startswith(("libnvidia-container", "nvidia-container"))}
+    assert nvidia == {name for name in FAMILY[family]["installed"] if name != "nvidia-container-toolkit"}
+    for name in nvidia:
+        assert host.file(f"/usr/share/gpuhost-stub/{name}/STUB").exists
+
+
+def test_the_pin_holds_the_driver_userland_by_name_and_not_the_kernel_versioned_modules(host, family):
+    pref = host.file("/etc/apt/preferences.d/gpuhost-nvidia-driver.pref").content_string
+    packages = next(line for line in pref.splitlines() if line.startswith("Package: ")).split()[1:]
+    assert set(FAMILY[family]["hold"]) <= set(packages)
+    assert [name for name in packages if name.startswith("linux-modules-")] == []
+    assert "Pin: version 580.*" in pref
+    # apt agrees: the userland's candidate is the pinned version
+    policy = host.check_output("apt-cache policy %s", FAMILY[family]["hold"][-1])
+    assert "1001" in policy
+
+
+def test_the_repository_is_the_sources(host, family):
+    repo = host.file("/etc/apt/sources.list.d/gpuhost-nvidia-cuda.sources")
+    if FAMILY[family]["repo"] is None:
+        # the distro source: Ubuntu's own archive (here the stand-in the host came with), no repository of the role's
+        assert not repo.exists
+    else:
+        assert f"URIs: {FAMILY[family]['repo']}" in repo.content_string
+        assert "Signed-By: /etc/apt/keyrings/gpuhost-nvidia-cuda.asc" in repo.content_string
+
+
+def test_fabric_manager_only_on_the_nvswitch_host(host, family):
+    unit = host.service("nvidia-fabricmanager")
+    if family == "ubuntu2204":
+        assert unit.is_enabled
+    else:
+        assert not host.file("/usr/lib/systemd/system/nvidia-fabricmanager.service").exists
+
+
+def test_persistenced_runs_with_persistence_mode_over_ubuntus_static_unit(host):
+    # Ubuntu's unit (no [Install]: systemd calls it static) runs --no-persistence-mode; the drop-in replaces that.
+    assert "--no-persistence-mode" in host.file("/lib/systemd/system/nvidia-persistenced.service").content_string
+    assert host.check_output("systemctl is-enabled nvidia-persistenced.service") == "static"
+    dropin = host.file(DROPIN).content_string
+    assert "ExecStart=/usr/bin/nvidia-persistenced --user nvidia-persistenced --persistence-mode --verbose" in dropin
+    shown = host.check_output("systemctl show -p ExecStart --value nvidia-persistenced.service")
+    assert "--persistence-mode" in shown and "--no-persistence-mode" not in shown
+
+
+def test_compose_override_written(host):
+    assert host.file("/srv/gpu-demo/docker-compose.gpu.yml").exists
+
+
+@pytest.fixture(scope="module")
+def bad_run():
+    """bad_inputs.yml on the ubuntu2404 host: (stats, changed tasks, the failed task and its message, apt files after)."""
+    name = "gpuhost-ubuntu2404-ubuntu"
+    listing = ["podman", "exec", name, "ls", "/etc/apt/sources.list.d", "/etc/apt/keyrings"]
+    before = subprocess.run(listing, capture_output=True, text=True, check=False).stdout
+    result = run_playbook_json(str(SCENARIO / "bad_inputs.yml"))
+    after = subprocess.run(listing, capture_output=True, text=True, check=False).stdout
+    failed = [(task["task"]["name"], task["hosts"][name].get("msg", "")) for play in result["plays"] for task in play["tasks"]
+              if task["hosts"].get(name, {}).get("failed")]
+    return result["stats"][name], changed_tasks(result, name), failed, (before, after)
+
+
+def test_secure_boot_with_the_nvidia_source_fails_in_the_preflight_naming_the_signed_source(bad_run):
+    stats, changed, failed, (before, after) = bad_run
+    assert stats["failures"] == 1 and changed == [], (stats, changed)
+    (task, message), = failed
+    assert task.endswith("Stop before any change when the request cannot work here"), task
+    assert "Secure Boot is enabled and the nvidia source on Ubuntu 24.04 builds unsigned DKMS modules" in message, message
+    assert "(here: nvidia_driver_source: distro)" in message, message
+    assert after == before
