@@ -19,7 +19,7 @@ import os
 import re
 import typing as t
 
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _catalog, _pci
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _catalog, _kernels, _pci
 from ansible_collections.gpuhost.nvidia.plugins.module_utils._common import version_tuple
 
 try:
@@ -160,6 +160,8 @@ def read_host(facts: dict[str, t.Any], params: dict[str, t.Any], root: str = "/"
         "library_mtime": library_mtime,
         "char_links": _char_links(root, facts.get("device_nodes") or []),
         "cgroup_v2": os.path.isfile(_join(root, "/sys/fs/cgroup/cgroup.controllers")),
+        # Facts gathered before the key existed carry no kernels: read them here, under the same root.
+        "kernels": facts.get("kernels") if isinstance(facts.get("kernels"), dict) else _kernels.installed_kernels(root, release),
     }
 
 
@@ -251,6 +253,27 @@ def check_cuda_version(facts: dict[str, t.Any], host: dict[str, t.Any], params: 
                      "Upgrade the driver to one that supports CUDA %s (%s or newer), or use a CUDA %s image (forward "
                      "compatibility needs the cuda-compat package on data-center GPUs)" % (required, _catalog.min_driver_for_cuda(required) or "?", have))
     return check("cuda_version", title, OK, "the driver supports CUDA %s; %s is required" % (have, required))
+
+
+def check_boot_kernel(facts: dict[str, t.Any], host: dict[str, t.Any], params: dict[str, t.Any]) -> dict[str, str]:
+    title = "the kernel booted next has an nvidia module"
+    kernels = host.get("kernels") or {}
+    installed = kernels.get("installed") or []
+    with_module = [k["release"] for k in installed if k.get("nvidia_module")]
+    if not _nvidia_gpus(facts, params["vfio_devices"]):
+        return check("boot_kernel", title, OK, "no GPU is meant for the nvidia driver; no module is needed")
+    if not installed:
+        return check("boot_kernel", title, OK, "no installed kernel found under /lib/modules (a container?): nothing to check")
+    if not with_module:
+        return check("boot_kernel", title, OK, "no installed kernel has an nvidia module yet (%s): the driver_loaded check covers a "
+                     "driver that is not installed" % ", ".join(k["release"] for k in installed))
+    problem = _kernels.boot_problem(kernels)
+    if problem:
+        return check("boot_kernel", title, FAIL, problem + "; after a reboot the driver will not load", _kernels.boot_fix(kernels))
+    missing = kernels.get("without_module") or []
+    return check("boot_kernel", title, OK, "%s (%s) has one%s" % (
+        kernels.get("boot"), kernels.get("boot_source") or "newest installed",
+        "; older kernels without one: %s" % ", ".join(missing) if missing else ""))
 
 
 def check_secure_boot(facts: dict[str, t.Any], host: dict[str, t.Any], params: dict[str, t.Any]) -> dict[str, str]:
@@ -591,6 +614,7 @@ CHECKS: tuple[t.Callable[..., dict[str, str]], ...] = (
     check_driver_flavour,
     check_nouveau,
     check_cuda_version,
+    check_boot_kernel,
     check_secure_boot,
     check_device_nodes,
     check_docker_runtime,
@@ -604,7 +628,7 @@ CHECKS: tuple[t.Callable[..., dict[str, str]], ...] = (
     check_nvml_cgroup,
 )
 CHECK_IDS = (
-    "driver_loaded", "driver_flavour", "nouveau", "cuda_version", "secure_boot", "device_nodes", "docker_runtime",
+    "driver_loaded", "driver_flavour", "nouveau", "cuda_version", "boot_kernel", "secure_boot", "device_nodes", "docker_runtime",
     "containerd_runtime", "cdi_spec", "persistence", "bindings", "throttling", "pcie_link", "ecc", "nvml_cgroup",
 )
 

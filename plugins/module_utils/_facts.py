@@ -16,7 +16,7 @@ import os
 import re
 import typing as t
 
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _catalog, _nvml, _pci, _smi
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _catalog, _kernels, _nvml, _pci, _smi
 from ansible_collections.gpuhost.nvidia.plugins.module_utils._common import (
     STATE_DRIVER_NOT_LOADED,
     STATE_ERROR,
@@ -233,6 +233,7 @@ def gather_facts(
         "iommu": pci["iommu"],
         "display_functions": pci["display_functions"],
         "device_nodes": pci["device_nodes"],
+        "kernels": _kernels.installed_kernels(root, kernel_release or os.uname().release),
         "reboot_required": bool(reasons),
         "reboot_reasons": reasons,
     }

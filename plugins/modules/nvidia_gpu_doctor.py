@@ -18,7 +18,9 @@ description:
     variable, the C(nvidia.ko) built for the running kernel (its signature trailer), the Docker and containerd
     configuration, the CDI specs, C(/dev/char) links and the cgroup version.
   - "The checks: C(driver_loaded), C(driver_flavour) (open vs proprietary module for the GPUs' architecture),
-    C(nouveau), C(cuda_version) (against O(required_cuda)), C(secure_boot), C(device_nodes) (C(/dev/nvidiactl),
+    C(nouveau), C(cuda_version) (against O(required_cuda)), C(boot_kernel) (the kernel the host boots next, the
+    newest installed, has an nvidia module: read from the facts' C(kernels), else under O(root)), C(secure_boot),
+    C(device_nodes) (C(/dev/nvidiactl),
     C(/dev/nvidiaN), C(/dev/nvidia-uvm)), C(docker_runtime), C(containerd_runtime), C(cdi_spec) (present, naming the
     running driver, newer than the driver library, not duplicated), C(persistence), C(bindings) (nvidia vs vfio-pci,
     see O(vfio_devices)), C(throttling), C(pcie_link), C(ecc) (errors, retired pages, remapped rows) and

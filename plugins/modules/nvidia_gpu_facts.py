@@ -639,6 +639,44 @@ ansible_facts:
           type: list
           elements: str
           sample: [/dev/nvidia0, /dev/nvidia-uvm, /dev/nvidiactl]
+        kernels:
+          description:
+            - The installed kernels (a C(/lib/modules/<release>) with the kernel's own modules, or a
+              C(/boot/vmlinuz-<release>)), which of them have an nvidia module (C(nvidia.ko*) under C(updates/dkms),
+              C(updates), C(extra), C(kernel/drivers/video) and the other module search directories), and the kernel the
+              host boots next. Read under O(root).
+          returned: always
+          type: dict
+          contains:
+            running:
+              description: The running kernel's release.
+              returned: always
+              type: str
+              sample: 6.1.0-26-amd64
+            boot:
+              description: The kernel the host boots next, the newest installed one. Null when none was found.
+              returned: always
+              type: str
+              sample: 6.1.0-28-amd64
+            boot_source:
+              description: How RV(ansible_facts.nvidia_gpu.kernels.boot) was chosen (V(newest installed)); null without kernels.
+              returned: always
+              type: str
+              sample: newest installed
+            installed:
+              description: Every installed kernel, oldest first, with C(release), C(nvidia_module) (bool) and C(module_files).
+              returned: always
+              type: list
+              elements: dict
+              sample:
+                - {release: 6.1.0-26-amd64, nvidia_module: true, module_files: [/lib/modules/6.1.0-26-amd64/updates/dkms/nvidia-current.ko.xz]}
+                - {release: 6.1.0-28-amd64, nvidia_module: false, module_files: []}
+            without_module:
+              description: The installed kernels that have no nvidia module.
+              returned: always
+              type: list
+              elements: str
+              sample: [6.1.0-28-amd64]
         reboot_required:
           description:
             - Whether a change is waiting for a GPU reset or a reboot. See RV(ansible_facts.nvidia_gpu.reboot_reasons).

@@ -18,7 +18,7 @@ def test_doctor_json_report(gpuhost_instance):
     assert report["host"] == gpuhost_instance and report["status"] == "fail"
     assert {k for k, v in statuses.items() if v != "ok"} == {"driver_loaded", "device_nodes"}
     assert statuses["driver_loaded"] == statuses["device_nodes"] == "fail"
-    assert len(statuses) == 15
+    assert len(statuses) == 16
     checks = {c["id"]: c for c in report["checks"]}
     assert checks["driver_loaded"]["evidence"].startswith("the nvidia kernel module is not loaded (/sys/module/nvidia absent); no NVIDIA GPU on the PCI bus")
     assert checks["device_nodes"]["evidence"] == "missing /dev/nvidiactl, /dev/nvidia-uvm (present: none)"
