@@ -1,0 +1,103 @@
+# Copyright (c) gpuhost.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Filters of the rolling upgrade (playbooks/upgrade.yml): gpu_busy_processes, gpu_upgrade_summary.
+
+Their documentation is in the sidecar .yml files.
+"""
+
+from __future__ import annotations
+
+import typing as t
+from collections.abc import Mapping
+
+from ansible.errors import AnsibleFilterError
+
+# The columns of the summary table, in order, with the entry key each one shows.
+COLUMNS = (("HOST", "host"), ("STATUS", "status"), ("STEP", "step"), ("DRIVER", "driver"), ("TOOLKIT", "toolkit"),
+           ("REBOOTED", "rebooted"), ("NOTE", "message"))
+
+
+def gpu_busy_processes(facts: t.Any) -> list[str]:
+    """The processes the GPU facts list, one line each: ``name (pid N) on GPU i [MIG gi/ci], M MiB``."""
+    if facts is None:
+        return []
+    if not isinstance(facts, Mapping):
+        raise AnsibleFilterError("gpu_busy_processes expects the GPU facts (a dict), got %s" % type(facts).__name__)
+    found = []
+    for gpu in facts.get("gpus") or []:
+        if not isinstance(gpu, Mapping):
+            continue
+        where = "GPU %s" % (gpu.get("index") if gpu.get("index") is not None else gpu.get("pci_bus_id") or "?")
+        for proc in gpu.get("processes") or []:
+            if not isinstance(proc, Mapping):
+                continue
+            line = "%s (pid %s) on %s" % (proc.get("name") or "?", proc.get("pid", "?"), where)
+            if proc.get("gpu_instance_id") is not None:
+                line += " MIG %s/%s" % (proc.get("gpu_instance_id"), proc.get("compute_instance_id"))
+            if proc.get("used_memory_mib") is not None:
+                line += ", %s MiB" % proc["used_memory_mib"]
+            found.append(line)
+    return found
+
+
+def _cell(value: t.Any) -> str:
+    if value is None or value == "":
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return " ".join(str(value).split())
+
+
+def _moved(entry: Mapping, what: str) -> str | None:
+    before, after = entry.get(what + "_before"), entry.get(what + "_after")
+    if before is None and after is None:
+        return None
+    if after is None or before == after:
+        return str(before if after is None else after)
+    return "%s -> %s" % (before if before is not None else "?", after)
+
+
+def _normalise(name: t.Any, entry: t.Any) -> dict[str, t.Any]:
+    """One host's row: a missing entry was never reached, a ``started`` one fell out (unreachable) in its step."""
+    if not isinstance(entry, Mapping) or not entry:
+        return {"host": name, "status": "not reached", "message": "no record: unreachable before its turn, or the run ended"}
+    row = {"host": entry.get("host") or name, "status": entry.get("status") or "?", "step": entry.get("step"),
+           "driver": _moved(entry, "driver"), "toolkit": _moved(entry, "toolkit"), "rebooted": entry.get("rebooted"),
+           "message": entry.get("message")}
+    if row["status"] == "started":
+        row["status"] = "not finished"
+        row["message"] = row["message"] or "the host fell out of the play (unreachable)"
+    return row
+
+
+def gpu_upgrade_summary(entries: t.Any, names: t.Any = None) -> dict[str, t.Any]:
+    """The roll's table (a line per host, in ``names`` order) and the hosts that did not finish, with why."""
+    if not isinstance(entries, (list, tuple)):
+        raise AnsibleFilterError("gpu_upgrade_summary expects a list of per-host entries")
+    names = list(names) if names is not None else [None] * len(entries)
+    if len(names) != len(entries):
+        raise AnsibleFilterError("gpu_upgrade_summary: %d names for %d entries" % (len(names), len(entries)))
+    rows = [_normalise(name, entry) for name, entry in zip(names, entries)]
+    cells = [[_cell(row.get(key)) for _title, key in COLUMNS] for row in rows]
+    widths = [max([len(title)] + [len(line[i]) for line in cells]) for i, (title, _key) in enumerate(COLUMNS)]
+    widths[-1] = 0  # the note is last and never padded
+    table = ["  ".join(title.ljust(width) for (title, _key), width in zip(COLUMNS, widths)).rstrip()]
+    table += ["  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip() for line in cells]
+    failed = [row for row in rows if row["status"] not in ("ok", "skipped")]
+    return {
+        "table": table,
+        "failed": [row["host"] for row in failed],
+        "reasons": ["%s%s: %s" % (row["host"], " (%s)" % row["step"] if row.get("step") else "", row.get("message") or row["status"])
+                    for row in failed],
+        "counts": {status: sum(1 for row in rows if row["status"] == status) for status in sorted({row["status"] for row in rows})},
+    }
+
+
+class FilterModule:
+    def filters(self) -> dict[str, t.Callable[..., t.Any]]:
+        return {
+            "gpu_busy_processes": gpu_busy_processes,
+            "gpu_upgrade_summary": gpu_upgrade_summary,
+        }

@@ -1,0 +1,134 @@
+# Copyright (c) gpuhost.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""playbooks/upgrade.yml run for real on the controller, three local hosts, with synthetic GPU facts.
+
+The roles are switched off (molecule/upgrade_roll runs them on test hosts); these runs check the roll's own logic:
+the busy-GPU guard, how far a failure stops the roll (gpuhost_upgrade_max_fail_percentage), the hooks, the table, and
+that the built-in Kubernetes drain is only called when a kubeconfig and a node are given, through kubernetes.core.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[3]
+PLAYBOOK = REPO / "playbooks" / "upgrade.yml"
+IDLE = {
+    "present": True, "source": "nvml", "state": "ok", "messages": [],
+    "driver": {"version": "580.95.05", "branch": "580", "kernel_module_loaded": True, "kernel_module_type": "open"},
+    "gpus": [{"index": 0, "uuid": "GPU-3f1c2a51-0a6e-4b6b-9a55-2d4ac6f0e001", "pci_bus_id": "0000:17:00.0", "processes": []}],
+    "device_nodes": ["/dev/nvidia0", "/dev/nvidia-uvm", "/dev/nvidiactl"],
+}
+BUSY = dict(IDLE, gpus=[dict(IDLE["gpus"][0], processes=[{"pid": 4242, "type": "C", "name": "python3", "used_memory_mib": 512}])])
+
+
+def _roll(tmp_path: Path, hostvars: dict[str, dict], *extra: str) -> tuple[int, dict]:
+    hooks = tmp_path / "hooks"
+    hooks.mkdir(exist_ok=True)
+    for when in ("before", "after"):
+        (hooks / f"{when}.yml").write_text(
+            f"- name: Hook {when}\n  ansible.builtin.debug:\n    msg: \"hook {when} {{{{ inventory_hostname }}}}\"\n")
+    inventory = {"all": {"hosts": hostvars, "vars": {
+        "ansible_connection": "local", "ansible_python_interpreter": sys.executable,
+        "gpuhost_upgrade_driver": False, "gpuhost_upgrade_toolkit": False,
+        # The controller is no GPU host: the doctor's checks of its files are not what these tests are about.
+        "gpuhost_upgrade_doctor": False,
+        "nvidia_driver_version": "580.95.05",
+        "gpuhost_upgrade_before_tasks": str(hooks / "before.yml"), "gpuhost_upgrade_after_tasks": str(hooks / "after.yml"),
+        "gpuhost_upgrade_summary_dir": str(tmp_path),
+    }}}
+    (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inventory))
+    env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json", ANSIBLE_NOCOLOR="1",
+               ANSIBLE_LOCALHOST_WARNING="0")
+    proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(tmp_path / "inventory.yml"),
+                           str(PLAYBOOK), *extra], env=env, capture_output=True, text=True, check=False, timeout=300)
+    try:
+        return proc.returncode, json.loads(proc.stdout)
+    except json.JSONDecodeError as exc:
+        raise AssertionError(f"no JSON from ansible-playbook (rc {proc.returncode}):\n{proc.stdout}\n{proc.stderr}") from exc
+
+
+def _ran(result: dict, task: str) -> dict[str, dict]:
+    """Per host, the outcome of the task named ``task`` that was not skipped there."""
+    found = {}
+    for play in result["plays"]:
+        for item in play["tasks"]:
+            if item["task"]["name"] == task:
+                found.update({h: r for h, r in item["hosts"].items() if not r.get("skipped")})
+    return found
+
+
+def _table(tmp_path: Path) -> dict[str, list[str]]:
+    lines = (tmp_path / "upgrade.txt").read_text(encoding="utf-8").splitlines()
+    return {line.split()[0]: line.split() for line in lines[1:]}
+
+
+@pytest.fixture(scope="module")
+def refused(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("refused")
+    rc, result = _roll(tmp_path, {"gpu01": {"gpuhost_upgrade_facts": IDLE}, "gpu02": {"gpuhost_upgrade_facts": BUSY},
+                                  "gpu03": {"gpuhost_upgrade_facts": IDLE}})
+    return tmp_path, rc, result
+
+
+def test_busy_gpu_stops_the_roll_at_its_host(refused):
+    tmp_path, rc, result = refused
+    assert rc != 0
+    guard = _ran(result, "Refuse to upgrade while processes use a GPU")
+    assert guard["gpu02"]["failed"] and "python3 (pid 4242) on GPU 0, 512 MiB" in guard["gpu02"]["msg"]
+    assert "gpu02:" in guard["gpu02"]["msg"] and "gpuhost_upgrade_busy: wait" in guard["gpu02"]["msg"]
+    assert not guard["gpu01"].get("failed")
+    assert "gpu03" not in guard, "the roll went on after the busy host (max_fail_percentage 0)"
+    table = _table(tmp_path)
+    assert [table[h][1] for h in ("gpu01", "gpu02", "gpu03")] == ["ok", "failed", "skipped"]
+    assert table["gpu02"][2] == "guard"
+    final = _ran(result, "Fail the run when a host did not finish")["localhost"]
+    assert final["failed"] and "gpu02 (guard)" in final["msg"] and "python3 (pid 4242)" in final["msg"]
+
+
+def test_hooks_run_around_each_upgraded_host_only(refused):
+    _tmp, _rc, result = refused
+    assert set(_ran(result, "Hook before")) == {"gpu01"} and set(_ran(result, "Hook after")) == {"gpu01"}
+
+
+@pytest.fixture(scope="module")
+def tolerated(tmp_path_factory):
+    """gpu02 names a kubeconfig that does not exist, gpu03 still runs the old driver; max_fail_percentage 50."""
+    tmp_path = tmp_path_factory.mktemp("tolerated")
+    old = dict(IDLE, driver=dict(IDLE["driver"], version="570.172.08", branch="570"))
+    rc, result = _roll(tmp_path, {
+        "gpu01": {"gpuhost_upgrade_facts": IDLE},
+        "gpu02": {"gpuhost_upgrade_facts": IDLE, "gpuhost_upgrade_kubeconfig": str(tmp_path / "missing-kubeconfig"),
+                  "gpuhost_upgrade_k8s_node": "gpu02"},
+        "gpu03": {"gpuhost_upgrade_facts": old}}, "-e", "gpuhost_upgrade_max_fail_percentage=50")
+    return tmp_path, rc, result
+
+
+def test_kubernetes_drain_only_when_configured(refused, tolerated):
+    """Not configured: never called. Configured (a kubeconfig that does not exist): called on the controller, and its
+    failure stops the host in the drain step, before the user's hook; one failed host of three is within 50 %."""
+    assert not _ran(refused[2], "Cordon the Kubernetes node")
+    tmp_path, rc, result = tolerated
+    assert rc != 0
+    cordon = _ran(result, "Cordon the Kubernetes node")
+    assert set(cordon) == {"gpu02"} and cordon["gpu02"]["failed"]
+    assert set(_ran(result, "Hook before")) == {"gpu01", "gpu03"}
+    table = _table(tmp_path)
+    assert [table[h][1:3] for h in ("gpu01", "gpu02", "gpu03")] == [["ok", "-"], ["failed", "drain"], ["failed", "post-check"]]
+
+
+def test_wrong_driver_version_fails_the_post_check(tolerated):
+    """gpu03's facts still show the old driver: the post-check fails the host, naming both versions."""
+    _tmp, _rc, result = tolerated
+    check = _ran(result, "Check that the driver is the target version")["gpu03"]
+    assert check["failed"] and "the driver is 570.172.08" in check["msg"] and "580.95.05" in check["msg"]
+    assert set(_ran(result, "Hook after")) == {"gpu01"}, "the after hook ran on a host that failed"
