@@ -114,10 +114,17 @@ def parse_units(units: list[str], output: str) -> dict[str, dict[str, str]]:
     return states
 
 
-def build_record(digest: str, observed: dict[str, t.Any], outputs: dict[str, t.Any] | None = None) -> dict[str, t.Any]:
-    """The record a full run leaves: the inputs digest, the observed files, packages and units, and the outputs."""
+def build_record(digest: str, observed: dict[str, t.Any], outputs: dict[str, t.Any] | None = None, confirmed: bool = False) -> dict[str, t.Any]:
+    """The record a full run leaves: the inputs digest, the observed files, packages and units, and the outputs.
+
+    ``confirmed``: the full run found the host as the previous record said, so it changed nothing the role manages.
+    Only a confirmed record lets the fast path end the role: a run that changed the host has not yet shown that the
+    full path is idempotent there, and the variables it reported describe changes (a reboot because packages were
+    installed, "written" reports), not the converged host.
+    """
     return {
         "format": RECORD_FORMAT,
+        "confirmed": bool(confirmed),
         "inputs_digest": digest,
         "files": dict(observed.get("files", {})),
         "packages": dict(observed.get("packages", {})),
@@ -147,6 +154,8 @@ def parse_record(text: str) -> tuple[dict[str, t.Any] | None, str | None]:
             return None, "the record has no %s mapping" % key
     if not isinstance(record.get("inputs_digest"), str):
         return None, "the record has no inputs digest"
+    if not isinstance(record.get("confirmed"), bool):
+        return None, "the record does not say whether a full run confirmed it"
     return record, None
 
 
@@ -201,6 +210,8 @@ def compare(record: dict[str, t.Any] | None, digest: str, observed: dict[str, t.
     if record is None:
         return {"converged": False, "drift": ["no usable record (%s): the next run is a full run" % (problem or "none written yet")]}
     drift: list[str] = []
+    if not record.get("confirmed"):
+        drift.append("the last full run changed what the role manages: the next full run confirms that it changes nothing")
     if record["inputs_digest"] != digest:
         drift.append("the inputs changed since the record (the role's variables, its code, the distribution, the kernel or the GPU facts)")
     for path in sorted(record["files"]):

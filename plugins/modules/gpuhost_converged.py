@@ -14,8 +14,10 @@ description:
     the digest of what the role planned from, the sha256 of each file it manages, the installed version of each package
     it manages (pins and locks are files), the state of each unit it manages, and the variables it reports.
   - The next run starts with O(state=probe) - one read of those files, one package-manager query and one
-    C(systemctl show). When the inputs digest and every observed item match the record, RV(converged) is true and the
-    role ends there; otherwise RV(drift) lists, as sentences, what differs, and the role's full path runs and repairs it.
+    C(systemctl show). When the record is confirmed (the full run that wrote it changed nothing the record tracks), the
+    inputs digest is the same and every observed item matches, RV(converged) is true and the role ends there;
+    otherwise RV(drift) lists, as sentences, what differs, and the role's full path runs and repairs it. So a host
+    takes the fast path from the run after the first full run that found nothing to change.
   - The action plugin of the same name computes O(inputs_digest) on the controller when it is not given - over the
     role's name, the role's files and the collection's plugins, every variable of the role's argument specification as
     resolved, the distribution, its version, the kernel release, the package manager, and the GPU facts that do not
@@ -231,11 +233,13 @@ def main() -> None:
     packages = sorted(set(_converged.package_name(p) for p in params["packages"]) - {""})
     observed = observe(module, sorted(set(params["files"])), packages, sorted(set(params["units"])), params["package_manager"])
     new = _converged.build_record(params["inputs_digest"], observed, params["outputs"])
-    verdict = _converged.compare(record, record["inputs_digest"] if record else params["inputs_digest"], observed, problem)
+    confirmed = dict(record, confirmed=True) if record else None
+    verdict = _converged.compare(confirmed, record["inputs_digest"] if record else params["inputs_digest"], observed, problem)
     if record is not None and _converged.wanted(record) != _converged.wanted(new):
         verdict = {"converged": False, "drift": verdict["drift"] + ["the managed files, packages or units changed"]}
-    content = to_bytes(_converged.record_text(new))
     changed = not verdict["converged"]
+    new["confirmed"] = not changed
+    content = to_bytes(_converged.record_text(new))
     diff = _files.make_diff(path, before, content)
     if content != before and not module.check_mode:
         try:

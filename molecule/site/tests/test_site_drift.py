@@ -3,7 +3,8 @@
 For each role's record (/var/lib/gpuhost/converged/<role>.json) one managed item of each kind is changed behind the
 roles' back: a file edited (a runtime key in the toolkit's daemon.json), a package removed, an enabled unit disabled.
 The probe (gpuhost.nvidia.gpuhost_converged run outside the roles, one playbook for every role) must name each drift;
-then one run of site.yml must repair it (each drifted role changes something) and the probe must say converged again.
+then one run of site.yml must repair it (each drifted role changes something) and the probe must find every item as
+recorded again (the record of a run that changed the host is confirmed by the next full run).
 This file runs after test_site.py, and the repair run writes its summaries elsewhere: the other tests read the
 idempotence run's.
 """
@@ -93,4 +94,7 @@ def test_probe_sees_each_drift_and_one_run_repairs_it(host, gpuhost_instance, tm
     assert changed_roles >= set(ROLES), (changed_roles, repair["stats"])
     records_after = {role: json.loads(host.file(f"{RECORDS}/{role}.json").content_string) for role in ROLES}
     again = probe(tmp_path, gpuhost_instance, records_after)
-    assert {role: (r["converged"], r["drift"]) for role, r in again.items()} == {role: (True, []) for role in ROLES}
+    # Every mutated item is as recorded again; the record of a run that changed the host waits for one more full run
+    # to confirm it before the fast path takes over again.
+    unconfirmed = ["the last full run changed what the role manages: the next full run confirms that it changes nothing"]
+    assert {role: r["drift"] for role, r in again.items()} == {role: unconfirmed for role in ROLES}

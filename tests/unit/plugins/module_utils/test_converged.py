@@ -24,8 +24,8 @@ OBSERVED = {
 }
 
 
-def record():
-    return _converged.build_record(DIGEST, copy.deepcopy(OBSERVED), {"nvidia_driver_report": ["nvidia_driver: 535"]})
+def record(confirmed=True):
+    return _converged.build_record(DIGEST, copy.deepcopy(OBSERVED), {"nvidia_driver_report": ["nvidia_driver: 535"]}, confirmed)
 
 
 def drift_after(change):
@@ -36,6 +36,12 @@ def drift_after(change):
 
 def test_an_unchanged_host_is_converged():
     assert _converged.compare(record(), DIGEST, copy.deepcopy(OBSERVED)) == {"converged": True, "drift": []}
+
+
+def test_a_record_from_a_run_that_changed_the_host_is_not_converged_yet():
+    verdict = _converged.compare(record(confirmed=False), DIGEST, copy.deepcopy(OBSERVED))
+    assert verdict == {"converged": False, "drift": [
+        "the last full run changed what the role manages: the next full run confirms that it changes nothing"]}
 
 
 def test_the_digest_ignores_key_order_and_sees_every_value():
@@ -87,7 +93,8 @@ def test_no_record_or_an_unusable_one_means_a_full_run():
     assert _converged.compare(None, DIGEST, OBSERVED)["drift"] == ["no usable record (none written yet): the next run is a full run"]
     for text, problem in [("{", "not valid JSON"), ("[]", "not a JSON object"), ('{"format": 99}', "format 99"),
                           (json.dumps(dict(record(), units=[])), "no units mapping"),
-                          (json.dumps(dict(record(), inputs_digest=None)), "no inputs digest")]:
+                          (json.dumps(dict(record(), inputs_digest=None)), "no inputs digest"),
+                          (json.dumps(dict(record(), confirmed="yes")), "whether a full run confirmed it")]:
         parsed, why = _converged.parse_record(text)
         assert parsed is None and problem in why
         assert problem in _converged.compare(parsed, DIGEST, OBSERVED, why)["drift"][0]

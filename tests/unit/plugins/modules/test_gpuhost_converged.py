@@ -58,8 +58,9 @@ def test_record_then_probe_then_each_drift(run, host, tmp_path):
     assert predicted["changed"] and not record_path.exists()
     first = run(record)
     assert first["changed"] and json.loads(record_path.read_text())["packages"] == {"nvidia-smi": "535.261.03-1"}
+    assert run(probe)["drift"] == ["the last full run changed what the role manages: the next full run confirms that it changes nothing"]
     again = run(record)
-    assert not again["changed"]
+    assert not again["changed"] and json.loads(record_path.read_text())["confirmed"] is True
     host["calls"].clear()
     converged = run(probe)
     assert (converged["converged"], converged["drift"], converged["outputs"]) == (True, [], {"x_report": ["done"]})
@@ -78,8 +79,8 @@ def test_record_then_probe_then_each_drift(run, host, tmp_path):
     assert run(probe)["drift"] == ["unit nvidia-persistenced.service is disabled, recorded enabled"]
     assert run(probe)["outputs"] == {}
 
-    # A record after a repair counts as a change; absent removes it (check mode keeps it).
-    assert run(record)["changed"]
+    # A record after a repair counts as a change and is not confirmed; absent removes it (check mode keeps it).
+    assert run(record)["changed"] and json.loads(record_path.read_text())["confirmed"] is False
     assert run({"state": "absent", "path": str(record_path)}, check_mode=True)["changed"] and record_path.exists()
     assert run({"state": "absent", "path": str(record_path)})["changed"] and not record_path.exists()
     assert not run({"state": "absent", "path": str(record_path)})["changed"]
