@@ -1,7 +1,10 @@
-"""The converged fast path stays honest (issue 21), on the Debian 12 host after idempotence (which took the fast path).
+"""The converged fast path stays honest (issue 21), on the Debian 12 host after idempotence (a full run that confirmed
+the records).
 
-For each role's record (/var/lib/gpuhost/converged/<role>.json) one managed item of each kind is changed behind the
-roles' back: a file edited (a runtime key in the toolkit's daemon.json), a package removed, an enabled unit disabled.
+First a re-run takes the fast path in every role (nothing changes, each role ends at its probe; its time and the
+repair run's go to tests/output/molecule/site.fast-path.json). Then, for each role's record
+(/var/lib/gpuhost/converged/<role>.json), one managed item of each kind is changed behind the roles' back: a file
+edited (a runtime key in the toolkit's daemon.json), a package removed, an enabled unit disabled.
 The probe (gpuhost.nvidia.gpuhost_converged run outside the roles, one playbook for every role) must name each drift;
 then one run of site.yml must repair it (each drifted role changes something) and the probe must find every item as
 recorded again (the record of a run that changed the host is confirmed by the next full run).
@@ -14,11 +17,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
 SCENARIO = Path(__file__).resolve().parents[1]
+REPO = SCENARIO.parents[1]
 EPHEMERAL = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "."))
 RECORDS = "/var/lib/gpuhost/converged"
 ROLES = ["nvidia_driver", "nvidia_container_toolkit", "gpu_settings", "gpu_compose"]
@@ -52,6 +57,15 @@ def test_probe_sees_each_drift_and_one_run_repairs_it(host, gpuhost_instance, tm
     assert all(r["outputs"] for r in records.values()), "every role recorded what it reports"
     converged = probe(tmp_path, gpuhost_instance, records)
     assert {role: (r["converged"], r["drift"]) for role, r in converged.items()} == {role: (True, []) for role in ROLES}
+    # The idempotence run confirmed the records, so this re-run takes the fast path in every role: nothing changes
+    # and each role ends at its probe.
+    start = time.monotonic()
+    fast = playbook(tmp_path, "fast.json", [{"ansible.builtin.import_playbook": str(SCENARIO / "converge.yml")}],
+                    "--limit", gpuhost_instance, "-e", f"gpuhost_summary_dir={tmp_path / 'summaries'}")
+    timings = {"fast_rerun_s": round(time.monotonic() - start, 1)}
+    ended = {t["task"]["name"].split(" : ")[0].split(".")[-1] for p in fast["plays"] for t in p["tasks"]
+             if t["task"]["name"].endswith(" : End the role, nothing drifted") and not t["hosts"][gpuhost_instance].get("skipped")}
+    assert ended == set(ROLES) and fast["stats"][gpuhost_instance]["changed"] == 0, (ended, fast["stats"])
 
     expected: dict[str, list[str]] = {role: [] for role in ROLES}
     for role, record in records.items():
@@ -85,8 +99,12 @@ def test_probe_sees_each_drift_and_one_run_repairs_it(host, gpuhost_instance, tm
             assert any(d.startswith(reason) for d in drifted[role]["drift"]), (role, reason, drifted[role]["drift"])
 
     # One run of site.yml repairs every drift: each role changed something, and the probe says converged again.
+    start = time.monotonic()
     repair = playbook(tmp_path, "repair.json", [{"ansible.builtin.import_playbook": str(SCENARIO / "converge.yml")}],
                       "--limit", gpuhost_instance, "-e", f"gpuhost_summary_dir={tmp_path / 'summaries'}")
+    timings["repair_run_s"] = round(time.monotonic() - start, 1)
+    (REPO / "tests" / "output" / "molecule").mkdir(parents=True, exist_ok=True)
+    (REPO / "tests" / "output" / "molecule" / "site.fast-path.json").write_text(json.dumps(timings) + "\n", encoding="utf-8")
     # The record task changes after any drift; the repair is what the role's other tasks changed.
     changed_roles = {t["task"]["name"].split(" : ")[0].split(".")[-1] for p in repair["plays"] for t in p["tasks"]
                      if t["hosts"].get(gpuhost_instance, {}).get("changed") and " : " in t["task"]["name"]
