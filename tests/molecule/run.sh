@@ -39,7 +39,7 @@ PY
 }
 
 # Longest first, so that the last scenario to start is a short one (the others follow in name order).
-LONGEST_FIRST=(site nvidia_driver ubuntu nvidia_container_toolkit vfio_passthrough gpu_settings gpu_compose gpu_doctor gpu_exporter repos nvidia_gpu_facts)
+LONGEST_FIRST=(site nvidia_driver ubuntu absent nvidia_container_toolkit vfio_passthrough gpu_settings gpu_compose gpu_doctor gpu_exporter repos nvidia_gpu_facts)
 scenarios=()
 for name in "${LONGEST_FIRST[@]}" $(find molecule -mindepth 2 -maxdepth 2 -name molecule.yml -printf '%h\n' | sed 's|molecule/||' | sort); do
     [[ -f "molecule/$name/molecule.yml" ]] || continue
