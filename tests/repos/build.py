@@ -289,7 +289,8 @@ def build(out: Path) -> None:
     for name in ("apt-ubuntu-noble", "apt-cuda-ubuntu2204"):
         build_apt(out / name, manifest[name], home, fpr)
     rpm = manifest["rpm"]
-    build_rpm_repo(out / "rpm" / "libnvidia-container", packages(rpm["libnvidia-container"], tk), home, fpr)
+    build_rpm_repo(out / "rpm" / "libnvidia-container", packages(rpm["libnvidia-container"], manifest.get("rpm_toolkit_versions", tk)),
+                   home, fpr)
     build_rpm_repo(out / "rpm" / "cuda-rhel9", packages(rpm["cuda-rhel9"], tk), home, fpr, rpm.get("modules"))
     build_rpm_repo(out / "rpm" / "cuda-rhel10", driver_versions(rpm["cuda-rhel10"], rpm["cuda-rhel10-versions"]), home, fpr)
     build_rpm_repo(out / "rpm" / "baseos-el10", rpm["baseos-el10"], home, fpr)

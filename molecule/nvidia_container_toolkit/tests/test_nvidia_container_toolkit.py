@@ -28,7 +28,7 @@ DOCKER_PROXY = DOCKERD.parent / "docker-proxy"
 EXPECTED = {
     # instance family: (installed toolkit version, configured runtimes)
     "debian12": ("1.18.0", ["docker", "containerd", "crio"]),
-    "rocky9": ("1.18.0", ["docker", "crio"]),
+    "rocky9": ("1.20.0", ["docker", "crio"]),
     "arch": ("1.17.8", ["containerd"]),
 }
 RUNTIME = "/usr/bin/nvidia-container-runtime"
@@ -288,8 +288,9 @@ def test_crio_dropin(host, gpuhost_instance):
 
 def test_cdi_spec_generated_valid_and_recorded(host, gpuhost_instance):
     fam = family(gpuhost_instance)
-    # Toolkit 1.18+ (the Debian host's apt stub) ships nvidia-cdi-refresh: the spec goes where the service writes it.
-    spec_path, other = ("/var/run/cdi/nvidia.yaml", "/etc/cdi/nvidia.yaml") if fam == "debian12" else \
+    # Toolkit 1.18+ (Debian's 1.18.0, Rocky's 1.20.0) ships nvidia-cdi-refresh: the spec goes where the service writes
+    # it. Arch's 1.17.8 has no refresh units: /etc/cdi.
+    spec_path, other = ("/var/run/cdi/nvidia.yaml", "/etc/cdi/nvidia.yaml") if fam != "arch" else \
         ("/etc/cdi/nvidia.yaml", "/var/run/cdi/nvidia.yaml")
     spec_text = host.file(spec_path).content_string
     spec = yaml.safe_load(spec_text)
@@ -308,17 +309,18 @@ def test_cdi_spec_generated_valid_and_recorded(host, gpuhost_instance):
 
 
 def test_cdi_refresh_units_enabled_ordered_and_configured(host, gpuhost_instance):
-    if family(gpuhost_instance) != "debian12":
+    fam = family(gpuhost_instance)
+    if fam == "arch":
         assert not host.file("/etc/nvidia-container-toolkit/nvidia-cdi-refresh.env").exists
-        pytest.skip("the toolkit here has no nvidia-cdi-refresh units (pre-1.18 path)")
+        pytest.skip("the toolkit here (1.17.8) has no nvidia-cdi-refresh units (pre-1.18 path)")
     for unit in ("nvidia-cdi-refresh.path", "nvidia-cdi-refresh.service"):
         assert host.service(unit).is_enabled, unit
     assert host.service("nvidia-cdi-refresh.path").is_running
     env = host.file("/etc/nvidia-container-toolkit/nvidia-cdi-refresh.env").content_string
     lines = [line for line in env.splitlines() if line and not line.startswith("#")]
-    assert lines == ["NVIDIA_CTK_CDI_OUTPUT_FILE_PATH=/var/run/cdi/nvidia.yaml",
-                     "NVIDIA_CTK_CDI_GENERATE_DEVICE_NAME_STRATEGIES=index",
-                     "NVIDIA_CTK_CDI_GENERATE_FEATURE_FLAGS=disable-nvsandboxutils"]
+    assert lines == ["NVIDIA_CTK_CDI_OUTPUT_FILE_PATH=/var/run/cdi/nvidia.yaml"] + (
+        ["NVIDIA_CTK_CDI_GENERATE_DEVICE_NAME_STRATEGIES=index", "NVIDIA_CTK_CDI_GENERATE_FEATURE_FLAGS=disable-nvsandboxutils"]
+        if fam == "debian12" else ["NVIDIA_CTK_CDI_GENERATE_DEVICE_NAME_STRATEGIES=uuid"])
     show = host.run("systemctl show -p After -p Before nvidia-cdi-refresh.service").stdout
     after = next(line for line in show.splitlines() if line.startswith("After="))
     before = next(line for line in show.splitlines() if line.startswith("Before="))

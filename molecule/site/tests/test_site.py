@@ -184,7 +184,11 @@ def test_compose_override_from_the_synthetic_facts(host, family):
     assert app["environment"]["NVIDIA_VISIBLE_DEVICES"] == UUID
 
 
-TOOLKIT_VERSION = {"debian12": "1.17.8", "debian13": "1.17.8", "rocky9": "1.18.0", "arch": "1.17.8"}
+TOOLKIT_VERSION = {"debian12": "1.17.8", "debian13": "1.17.8", "rocky9": "1.20.0", "arch": "1.17.8"}
+# Where the CDI spec is: 1.18+ ships nvidia-cdi-refresh, which writes /var/run/cdi (Rocky's newest, 1.20.0); the hosts
+# held at 1.17.8 have the role generate /etc/cdi.
+CDI_SPEC = {family: "/var/run/cdi/nvidia.yaml" if version != "1.17.8" else "/etc/cdi/nvidia.yaml"
+            for family, version in TOOLKIT_VERSION.items()}
 
 
 def test_toolkit_installed_and_runtime_merged(host, family):
@@ -192,9 +196,10 @@ def test_toolkit_installed_and_runtime_merged(host, family):
     daemon = json.loads(host.file("/etc/docker/daemon.json").content_string)
     runtime = daemon["runtimes"]["nvidia"]["path"]
     assert runtime == "/usr/bin/nvidia-container-runtime" and host.file(runtime).is_file
-    spec = yaml.safe_load(host.file("/etc/cdi/nvidia.yaml").content_string)
+    spec = yaml.safe_load(host.file(CDI_SPEC[family]).content_string)
     assert spec["kind"] == "nvidia.com/gpu"
-    assert not host.file("/var/run/cdi/nvidia.yaml").exists  # one location only
+    other = ({"/etc/cdi/nvidia.yaml", "/var/run/cdi/nvidia.yaml"} - {CDI_SPEC[family]}).pop()
+    assert not host.file(other).exists  # one location only
 
 
 def test_summary_lines_are_one_line_each(summary):
@@ -213,4 +218,4 @@ def test_summary_names_what_the_toolkit_did(summary, family):
     assert toolkit[0].startswith("nvidia_container_toolkit: already installed: "), toolkit
     assert TOOLKIT_VERSION[family] in toolkit[0]
     assert toolkit[1:] == ["nvidia_container_toolkit: runtime nvidia configured for docker",
-                           "nvidia_container_toolkit: CDI spec /etc/cdi/nvidia.yaml (nvidia.com/gpu=all)"]
+                           f"nvidia_container_toolkit: CDI spec {CDI_SPEC[family]} (nvidia.com/gpu=all)"]
