@@ -53,6 +53,7 @@ def probe(tmp_path: Path, instance: str, records: dict[str, dict]) -> dict[str, 
 def test_probe_sees_each_drift_and_one_run_repairs_it(host, gpuhost_instance, tmp_path):
     if not gpuhost_instance.startswith("gpuhost-debian12"):
         pytest.skip("the drift check runs on the Debian 12 host")
+    (tmp_path / "summaries").mkdir()  # the re-runs write their summaries here, not over the idempotence run's
     records = {role: json.loads(host.file(f"{RECORDS}/{role}.json").content_string) for role in ROLES}
     assert all(r["outputs"] for r in records.values()), "every role recorded what it reports"
     converged = probe(tmp_path, gpuhost_instance, records)

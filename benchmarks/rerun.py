@@ -1,0 +1,128 @@
+#!/usr/bin/env python
+# Copyright (c) gpuhost.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""What a converged re-run of site.yml costs against ``setup``, over SSH, in one run. Prints numbers; asserts nothing.
+
+One Debian 12 systemd test host (the ``localhost/gpuhost-debian12`` image of tests/hosts) with openssh-server, reached
+the way users connect: SSH with pipelining and ControlPersist. The site scenario's Debian variables
+(molecule/site/molecule.yml: forced driver, the toolkit from the local signed test repository) are used as inventory.
+
+    .venv/bin/python benchmarks/rerun.py [--runs 3] [--keep]
+
+Steps: ``ping``, ``setup`` (median of N), ``nvidia_gpu_facts``, the first converge of site.yml, the second run (a full
+run that confirms the records the first wrote), the converged re-run (fast path), the re-run with
+``gpuhost_fast_path=false`` (every role's full path), and the fast re-run again. Each time is printed as a multiple of
+``setup``'s median. Needs podman, the test image (``make images``) and the
+test repositories (``make repos`` or any Molecule run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+NAME = "gpuhost-rerun-bench"
+IMAGE = "localhost/gpuhost-debian12:latest"
+
+
+def run(argv: list[str], **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, check=True, text=True, capture_output=True, **kwargs)
+
+
+def timed(argv: list[str], env: dict[str, str]) -> tuple[float, str]:
+    start = time.monotonic()
+    proc = subprocess.run(argv, text=True, capture_output=True, env=env, check=False, cwd=REPO)
+    elapsed = time.monotonic() - start
+    if proc.returncode != 0:
+        sys.exit("failed (%d): %s\n%s" % (proc.returncode, " ".join(argv), (proc.stdout + proc.stderr)[-3000:]))
+    return elapsed, proc.stdout
+
+
+def recap(output: str) -> str:
+    match = re.search(r"ok=(\d+)\s+changed=(\d+)", output)
+    return "%s tasks ok, %s changed" % match.groups() if match else ""
+
+
+def start_host(work: Path, port: int) -> None:
+    env = dict(os.environ, CONTAINERS_CONF=str(REPO / "tests" / "hosts" / "containers.conf"))
+    subprocess.run(["podman", "rm", "-f", NAME], env=env, capture_output=True, check=False)
+    repos = REPO / ".cache" / "repos" / "current"
+    run(["podman", "run", "-d", "--name", NAME, "--systemd=always", "-p", "127.0.0.1:%d:22" % port,
+         "-v", "%s:/srv/gpuhost-repos:ro" % repos.resolve(), IMAGE, "/sbin/init"], env=env)
+    run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(work / "id")])
+    key = (work / "id.pub").read_text(encoding="utf-8")
+    script = ("until systemctl is-system-running --wait >/dev/null 2>&1 || [ $? -ne 1 ]; do sleep 1; done; "
+              "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server >/dev/null && "
+              "install -d -m 0700 /root/.ssh && printf '%s' \"$KEY\" > /root/.ssh/authorized_keys && systemctl restart ssh")
+    run(["podman", "exec", "-e", "KEY=" + key, NAME, "bash", "-c", script], env=env)
+
+
+def inventory(work: Path, port: int) -> Path:
+    scenario = yaml.safe_load((REPO / "molecule" / "site" / "molecule.yml").read_text(encoding="utf-8"))
+    groups = scenario["provisioner"]["inventory"]["group_vars"]
+    host_vars = dict(groups["all"], **groups["debian"])
+    host_vars.pop("gpuhost_summary_dir", None)
+    host_vars.pop("gpuhost_fast_path", None)
+    host_vars.update(ansible_host="127.0.0.1", ansible_port=port, ansible_user="root",
+                     ansible_ssh_private_key_file=str(work / "id"), ansible_python_interpreter="/usr/bin/python3",
+                     ansible_ssh_common_args="-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null "
+                                             "-o ControlMaster=auto -o ControlPersist=60s")
+    path = work / "inventory.yml"
+    path.write_text(yaml.safe_dump({"all": {"hosts": {"bench": host_vars}}}), encoding="utf-8")
+    return path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3, help="setup runs for the median")
+    parser.add_argument("--port", type=int, default=22922)
+    parser.add_argument("--keep", action="store_true", help="leave the container running")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="gpuhost-rerun-"))
+    bin_dir = Path(sys.executable).parent
+    env = dict(os.environ, ANSIBLE_PIPELINING="1", ANSIBLE_HOST_KEY_CHECKING="0", MOLECULE_PROJECT_DIRECTORY=str(REPO),
+               PATH="%s:%s" % (bin_dir, os.environ.get("PATH", "")))
+    try:
+        start_host(work, args.port)
+        inv = str(inventory(work, args.port))
+        adhoc = [str(bin_dir / "ansible"), "-i", inv, "bench", "-m"]
+        play = [str(bin_dir / "ansible-playbook"), "-i", inv, str(REPO / "playbooks" / "site.yml")]
+        timed(adhoc + ["ansible.builtin.ping"], env)  # opens the SSH master connection
+        rows = [("ping", timed(adhoc + ["ansible.builtin.ping"], env)[0], "")]
+        setups = [timed(adhoc + ["ansible.builtin.setup"], env)[0] for _ in range(args.runs)]
+        setup = statistics.median(setups)
+        rows.append(("setup (median of %d)" % args.runs, setup, ""))
+        rows.append(("nvidia_gpu_facts", timed(adhoc + ["gpuhost.nvidia.nvidia_gpu_facts"], env)[0], ""))
+        for label, extra in [("first converge of site.yml", []), ("second run (full path, confirms the records)", []),
+                             ("converged re-run (fast path)", []),
+                             ("re-run, gpuhost_fast_path=false (full path)", ["-e", "gpuhost_fast_path=false"]),
+                             ("converged re-run (fast path) again", [])]:
+            elapsed, out = timed(play + extra, env)
+            rows.append((label, elapsed, recap(out)))
+        print("one Debian 12 systemd host over SSH (pipelining, ControlPersist), %s" % time.strftime("%Y-%m-%d %H:%M"))
+        for label, elapsed, note in rows:
+            print("%-46s %6.1f s  %5.1fx setup  %s" % (label, elapsed, elapsed / setup, note))
+        print(json.dumps({label: round(elapsed, 2) for label, elapsed, _ in rows}))
+    finally:
+        if not args.keep:
+            subprocess.run(["podman", "rm", "-f", NAME], capture_output=True, check=False,
+                           env=dict(os.environ, CONTAINERS_CONF=str(REPO / "tests" / "hosts" / "containers.conf")))
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
