@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 """Print the test-host images (tests/hosts/build.sh names) that the given Molecule scenarios run on.
 
-    tests/molecule/images.py [SCENARIO ...]     (none: every scenario under molecule/)
+    python3 tests/molecule/images.py [SCENARIO ...]     (none: every scenario under molecule/)
 
 `make molecule ROLE=x` builds only these, so a run of one scenario (or a rehearsal of a few) does not build the
 images of the others. An image that is not a gpuhost test host (a scenario's own) is left to its scenario.
