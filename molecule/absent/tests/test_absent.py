@@ -29,8 +29,8 @@ def _owner(host, path: str) -> str:
 
 
 def test_every_file_is_back_to_its_checksum(host):
-    before, _ = _files_and_packages(host.file(BASELINE).content_string)
-    after, _ = _files_and_packages(host.check_output("/root/gpuhost-absent-state.sh"))
+    before = _files_and_packages(host.file(BASELINE).content_string)[0]
+    after = _files_and_packages(host.check_output("/root/gpuhost-absent-state.sh"))[0]
     assert any(line.endswith(" /etc/docker/daemon.json") for line in before), "prepare recorded no daemon.json"
     kept = [line for line in set(after) - set(before) if _owner(host, line.split("  ", 1)[1]) in KEPT_PACKAGES]
     after = [line for line in after if line not in kept]
@@ -45,8 +45,8 @@ def test_the_user_keys_were_there_while_converged(host):
 
 
 def test_driver_and_toolkit_packages_are_gone(host):
-    _, before = _files_and_packages(host.file(BASELINE).content_string)
-    _, after = _files_and_packages(host.check_output("/root/gpuhost-absent-state.sh"))
+    before = _files_and_packages(host.file(BASELINE).content_string)[1]
+    after = _files_and_packages(host.check_output("/root/gpuhost-absent-state.sh"))[1]
     added = sorted(after - before)
     nvidia = [name for name in added if "nvidia" in name or "cuda" in name]
     assert nvidia == [], nvidia
