@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from gpuhost_testinfra import changed_tasks, run_playbook_json
-from gpuhost_testinfra import test_check_after_converge_changes_nothing, test_check_mode_predicted_converge  # noqa: F401  pylint: disable=unused-import
+from gpuhost_testinfra import test_check_mode_predicted_converge  # noqa: F401  pylint: disable=unused-import
 
 SCENARIO = Path(os.environ.get("MOLECULE_SCENARIO_DIRECTORY", Path(__file__).resolve().parent.parent))
 SUMMARIES = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", ".")) / "summaries"
