@@ -111,7 +111,7 @@ def test_the_repository_is_the_sources(host, family):
         assert not repo.exists
     else:
         assert f"URIs: {FAMILY[family]['repo']}" in repo.content_string
-        assert "Signed-By: /etc/apt/keyrings/gpuhost-nvidia-cuda.asc" in repo.content_string
+        assert "Signed-By: /etc/apt/keyrings/gpuhost-nvidia-cuda.gpg" in repo.content_string
 
 
 def test_fabric_manager_only_on_the_nvswitch_host(host, family):
