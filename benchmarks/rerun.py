@@ -106,7 +106,7 @@ def main() -> None:
         play = [str(bin_dir / "ansible-playbook"), "-i", inv, str(REPO / "playbooks" / "site.yml")]
         timed(adhoc + ["ansible.builtin.ping"], env)  # opens the SSH master connection
         rows = [("ping", timed(adhoc + ["ansible.builtin.ping"], env)[0], "")]
-        setups = [timed(adhoc + ["ansible.builtin.setup"], env)[0] for _ in range(args.runs)]
+        setups = [timed(adhoc + ["ansible.builtin.setup"], env)[0] for _run in range(args.runs)]
         setup = statistics.median(setups)
         rows.append(("setup (median of %d)" % args.runs, setup, ""))
         rows.append(("nvidia_gpu_facts", timed(adhoc + ["gpuhost.nvidia.nvidia_gpu_facts"], env)[0], ""))
@@ -119,7 +119,7 @@ def main() -> None:
         print("one Debian 12 systemd host over SSH (pipelining, ControlPersist), %s" % time.strftime("%Y-%m-%d %H:%M"))
         for label, elapsed, note in rows:
             print("%-46s %6.1f s  %5.1fx setup  %s" % (label, elapsed, elapsed / setup, note))
-        print(json.dumps({label: round(elapsed, 2) for label, elapsed, _ in rows}))
+        print(json.dumps({label: round(elapsed, 2) for label, elapsed, _note in rows}))
     finally:
         if not args.keep:
             subprocess.run(["podman", "rm", "-f", NAME], capture_output=True, check=False,

@@ -72,7 +72,7 @@ def test_each_role_loads_its_ubuntu_file_or_the_debian_family_file(role: str, re
 def _debian_driver_names() -> set[str]:
     """The names of Debian's own NVIDIA driver packages (its distro source), which Ubuntu's archive does not have."""
     table = yaml.safe_load((ROLES / "nvidia_driver" / "vars" / "Debian.yml").read_text(encoding="utf-8"))["__nvidia_driver_packages"]
-    return {name for name in _driver.resolve_packages({"branch": 535}, table["distro"])["hold"]}
+    return set(_driver.resolve_packages({"branch": 535}, table["distro"])["hold"])
 
 
 @pytest.mark.parametrize("role", sorted(role for role, name in LOADS.items() if name == "Debian.yml"))
