@@ -32,6 +32,7 @@ temporary copy in the module's own temporary directory. When the module has the 
 from __future__ import annotations
 
 import errno
+import json
 import os
 import stat
 import tempfile
@@ -185,6 +186,23 @@ def read_bytes(path: str, what: str = "path", max_size: int = MAX_READ) -> bytes
     if len(data) > max_size:
         raise FileError(what, path, "is larger than %d bytes; it is not a file this module reads" % max_size)
     return data
+
+
+def read_json_object(path: str, what: str = "record") -> dict[str, t.Any] | None:
+    """A JSON object kept in a file (a module's state record), or None when the file does not exist.
+
+    Raises FileError, naming the file and the fix, when it is not valid UTF-8 JSON or not a JSON object.
+    """
+    data = read_bytes(path, what)
+    if data is None:
+        return None
+    try:
+        value = json.loads(data.decode("utf-8"))
+    except ValueError as exc:  # UnicodeDecodeError and json.JSONDecodeError are both ValueErrors
+        raise FileError(what, path, "is not valid JSON (%s): fix or remove it" % exc) from None
+    if not isinstance(value, dict):
+        raise FileError(what, path, "does not hold a JSON object: fix or remove it")
+    return value
 
 
 def make_dirs(directory: str, what: str = "path", mode: int = 0o755) -> bool:

@@ -408,15 +408,7 @@ def base_files(path: str, given: list[str]) -> tuple[list[str], list[str]]:
 
 def load_record(path: str) -> dict[str, str | None]:
     """The record: per override file, the text it held before the module's first change (None: it did not exist)."""
-    data = _files.read_bytes(path, "record")
-    if data is None:
-        return {}
-    try:
-        record = json.loads(to_text(data, errors="surrogate_or_strict"))
-    except ValueError as exc:
-        raise _files.FileError("record", path, "is not valid JSON (%s): fix or remove it" % exc) from None
-    if not isinstance(record, dict):
-        raise _files.FileError("record", path, "does not hold a JSON object: fix or remove it")
+    record = _files.read_json_object(path, "record") or {}
     return {str(k): v.get("original") for k, v in record.items()
             if isinstance(v, dict) and isinstance(v.get("original"), (str, type(None)))}
 

@@ -267,15 +267,7 @@ def read_text(module: AnsibleModule, path: str, what: str) -> str | None:
 
 def load_record(path: str) -> dict[str, dict[str, t.Any]]:
     """The record: per configuration file, {"original": the text before the module's first change, or None}."""
-    data = _files.read_bytes(path, "record")
-    if data is None:
-        return {}
-    try:
-        record = json.loads(to_text(data, errors="surrogate_or_strict"))
-    except ValueError as exc:
-        raise _files.FileError("record", path, "is not valid JSON (%s): fix or remove it" % exc) from None
-    if not isinstance(record, dict):
-        raise _files.FileError("record", path, "does not hold a JSON object: fix or remove it")
+    record = _files.read_json_object(path, "record") or {}
     return {str(k): {"original": v.get("original")} for k, v in record.items()
             if isinstance(v, dict) and isinstance(v.get("original"), (str, type(None)))}
 

@@ -163,15 +163,7 @@ def check_options(params: dict[str, t.Any]) -> list[str]:
 
 def load_record(path: str) -> dict[str, list[str]]:
     """The record, by command-line file. Raises FileError for a record that is not a JSON object of lists."""
-    data = _files.read_bytes(path, "record")
-    if data is None:
-        return {}
-    try:
-        record = json.loads(to_text(data, errors="surrogate_or_strict"))
-    except ValueError as exc:
-        raise _files.FileError("record", path, "is not valid JSON (%s): fix or remove it" % exc) from None
-    if not isinstance(record, dict):
-        raise _files.FileError("record", path, "does not hold a JSON object: fix or remove it")
+    record = _files.read_json_object(path, "record") or {}
     return {str(k): [str(a) for a in v] for k, v in record.items() if isinstance(v, list)}
 
 

@@ -124,3 +124,21 @@ def test_a_failing_validator_leaves_no_temporary_file(tmp_path):
     with pytest.raises(RuntimeError):
         _files.write_file(module, str(target), b"new\n", validate=refuse)  # type: ignore[arg-type]
     assert sorted(os.listdir(tmp_path)) == ["conf"] and target.read_bytes() == b"old\n"
+
+
+def test_read_json_object_one_policy_for_every_state_record(tmp_path):
+    """The modules' state records: absent is None, an object is returned, anything else names the file and the fix."""
+    path = tmp_path / "record.json"
+    assert _files.read_json_object(str(path)) is None
+    path.write_text('{"a": {"original": null}}', encoding="utf-8")
+    assert _files.read_json_object(str(path)) == {"a": {"original": None}}
+    for content, problem in ((b"{not json", "is not valid JSON"), (b"[1, 2]", "does not hold a JSON object"),
+                             (b"\xff\xfe{}", "is not valid JSON")):
+        path.write_bytes(content)
+        with pytest.raises(_files.FileError) as err:
+            _files.read_json_object(str(path))
+        assert problem in str(err.value) and str(path) in str(err.value) and "fix or remove it" in str(err.value)
+    path.unlink()
+    path.mkdir()
+    with pytest.raises(_files.FileError, match="not a regular file|is a directory"):
+        _files.read_json_object(str(path))
