@@ -818,9 +818,19 @@ def merge(existing: t.Any, services: dict[str, dict[str, t.Any]], prune: bool = 
 
     ``source`` names the existing file in errors.
     """
-    where = " (%s)" % source if source else ""
     if existing is None:
         existing = {}
+    current = _existing_services(existing, source)
+    document = {} if prune else {k: v for k, v in existing.items() if k != "services"}
+    merged = {} if prune else {k: v for k, v in current.items() if k not in services}
+    merged.update(services)
+    document["services"] = dict(sorted(merged.items()))
+    return document
+
+
+def _existing_services(existing: t.Any, source: str) -> dict[str, t.Any]:
+    """The services mapping of an existing override document; ComposeError naming the file when it is not one."""
+    where = " (%s)" % source if source else ""
     if not isinstance(existing, dict):
         raise ComposeError("the existing override file is not a compose mapping%s: it holds a %s; fix or remove it"
                            % (where, type(existing).__name__))
@@ -828,11 +838,7 @@ def merge(existing: t.Any, services: dict[str, dict[str, t.Any]], prune: bool = 
     if not isinstance(current, dict):
         raise ComposeError("the existing override file's services key is not a mapping%s: it holds a %s; fix or remove it"
                            % (where, type(current).__name__))
-    document = {} if prune else {k: v for k, v in existing.items() if k != "services"}
-    merged = {} if prune else {k: v for k, v in current.items() if k not in services}
-    merged.update(services)
-    document["services"] = dict(sorted(merged.items()))
-    return document
+    return current
 
 
 def unmanaged(existing: t.Any, services: dict[str, t.Any]) -> list[str]:
@@ -878,14 +884,7 @@ def remove(existing: t.Any, names: t.Iterable[str], source: str = "") -> dict[st
     """
     if existing is None:
         return {}
-    where = " (%s)" % source if source else ""
-    if not isinstance(existing, dict):
-        raise ComposeError("the existing override file is not a compose mapping%s: it holds a %s; fix or remove it"
-                           % (where, type(existing).__name__))
-    current = existing.get("services") or {}
-    if not isinstance(current, dict):
-        raise ComposeError("the existing override file's services key is not a mapping%s: it holds a %s; fix or remove it"
-                           % (where, type(current).__name__))
+    current = _existing_services(existing, source)
     gone = set(names)
     document = {k: v for k, v in existing.items() if k != "services"}
     kept = {k: v for k, v in current.items() if k not in gone}
