@@ -31,6 +31,8 @@ log "bare machine: $base (debootstrap minbase bookworm)"
 podman rm -f "$name" >/dev/null 2>&1 || true
 rm -rf "$work" && mkdir -p "$work"
 git clone --quiet --no-hardlinks "$repo" "$work/main"
+# The commit rehearsed (HEAD may move while the rehearsal runs; the summary names this one).
+rehearsed=$(git -C "$work/main" rev-parse --short HEAD)
 if [[ -d "$shared" ]]; then
     cp -a "$shared" "$work/shared"
 else
@@ -91,7 +93,7 @@ podman run --rm --name "$name" --privileged --hostname "$name" \
 secs=$((SECONDS - start))
 
 {
-    echo "rehearsal of $(git rev-parse --short HEAD) on $base: .ci/run exited $rc in ${secs} s"
+    echo "rehearsal of $rehearsed on $base: .ci/run exited $rc in ${secs} s"
     if [[ -n "$scenarios" ]]; then
         all=$(find molecule -mindepth 2 -maxdepth 2 -name molecule.yml -printf '%h\n' | sed 's|molecule/||' | sort | xargs)
         left=$(comm -23 <(tr ' ' '\n' <<<"$all" | sort) <(tr ' ' '\n' <<<"$scenarios" | sort) | xargs)
