@@ -5,7 +5,8 @@
 """A synthetic fleet (generated facts in the nvidia_gpu_facts schema, doctor results) for the report tests.
 
     .venv/bin/python tests/unit/report/fleet.py OUT_DIR [HOSTS]   writes fleet.{json,csv,html} of a generated fleet
-    (docs/report-screenshot.png: 40 hosts, then chromium --headless --window-size=1200,1000 --screenshot)
+    (for a screenshot: 40 hosts, then chromium --headless --window-size=1200,1000 --screenshot; the README shows the
+    gpu_exporter Molecule run's report instead)
 """
 
 from __future__ import annotations
