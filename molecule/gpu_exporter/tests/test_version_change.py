@@ -1,4 +1,4 @@
-"""A changed pinned version moves the installed exporter (#22): run last (this file sorts after test_gpu_exporter.py).
+"""A changed pinned version moves the installed exporter (#22): run after test_gpu_exporter.py (file names sort so).
 
 DCGM goes up from the converged 4.5.2-1 to 4.6.0-1 (both in the local signed apt repository); nvidia_gpu_exporter
 moves from the converged 1.3.1 tarball to 1.2.1's (its own checksum). Each exporter is restarted on the new version and
@@ -59,3 +59,4 @@ def test_changed_version_moves_the_exporter(host, gpuhost_instance, moved):
     else:
         link = host.file("/usr/local/bin/nvidia_gpu_exporter")
         assert link.linked_to == "/opt/gpuhost-gpu-exporter/1.2.1/nvidia_gpu_exporter", changed
+
