@@ -59,4 +59,3 @@ def test_changed_version_moves_the_exporter(host, gpuhost_instance, moved):
     else:
         link = host.file("/usr/local/bin/nvidia_gpu_exporter")
         assert link.linked_to == "/opt/gpuhost-gpu-exporter/1.2.1/nvidia_gpu_exporter", changed
-
