@@ -14,7 +14,8 @@
 #
 # GPU_BUNDLE              the folder (default .cache/gpu-bundle)
 # GPU_BUNDLE_PYTHONS      the target machine's possible Python versions (default "3.10 3.11 3.12 3.13"); ansible-core
-#                         2.19 needs 3.11, so 3.10 gets the newest 2.17 (meta/runtime.yml supports 2.17 to 2.19)
+#                         2.18+ needs 3.11, so 3.10 gets the newest 2.17: the tier runs only modules, which work on
+#                         2.17 (it warns that meta/runtime.yml asks for 2.18; the roles need 2.18 for meta end_role)
 # GPU_BUNDLE_ARCH         the target machine's architecture (default x86_64; aarch64 for Grace)
 # GPU_BUNDLE_GLIBC        the oldest glibc the wheels may need (default 2.28: RHEL 8, Debian 10, Ubuntu 20.04 and newer)
 set -euo pipefail
@@ -65,7 +66,7 @@ else
     for version in $pythons; do
         wanted=("${request[@]}")
         if [[ "$(printf '%s\n' "$version" 3.11 | sort -V | head -n1)" != 3.11 ]]; then
-            wanted[0]="ansible-core>=2.17,<2.18"  # the newest ansible-core that runs on Python 3.10
+            wanted[0]="ansible-core>=2.17,<2.18"  # the newest ansible-core that runs on Python 3.10 (modules only)
         fi
         echo "bundle.sh: downloading for Python $version on $arch (glibc $glibc): ${wanted[*]}"
         download "$version" "${wanted[@]}"
