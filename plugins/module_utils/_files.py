@@ -21,6 +21,13 @@ something that is not a directory are refused with :class:`FileError`, whose mes
 and the path. A file is read through a non-blocking descriptor that is checked again, so a FIFO swapped in later
 cannot hang the module, and files larger than ``MAX_READ`` are refused.
 
+State records: a module that must remember something between runs (the bytes a file held before its first change,
+what a CDI spec was generated for, the locked clocks it applied) keeps one JSON object in ``STATE_DIR``, named after
+the module, through :func:`read_json_record` and :func:`write_json_record`: one error policy, atomic writes, parent
+directories made on the first write, the file removed once the record is empty, nothing touched in check mode. Only a
+record that must vanish at reboot lives in ``RUN_STATE_DIR`` (a tmpfs): nvidia_smi_settings' locked clocks, which
+the GPU forgets at reboot too. A record found where an earlier release kept it is moved on the next write.
+
 ``write_file`` compares the bytes with what is on disk and writes only when they differ. The new content goes to a
 temporary file in the destination's directory, is validated there, and replaces the destination with
 ``module.atomic_move``, which keeps the existing file's mode, owner and SELinux context. The temporary file is
@@ -45,6 +52,9 @@ if t.TYPE_CHECKING:  # pragma: no cover
 Validator = t.Callable[[str], None]
 # No configuration file this collection reads is anywhere near this size; a bigger one is not what it seems.
 MAX_READ = 32 * 1024 * 1024
+# Where the modules keep their state records (see the module docstring).
+STATE_DIR = "/var/lib/gpuhost"
+RUN_STATE_DIR = "/run/gpuhost"
 
 
 class FileError(Exception):
@@ -203,6 +213,87 @@ def read_json_object(path: str, what: str = "record") -> dict[str, t.Any] | None
     if not isinstance(value, dict):
         raise FileError(what, path, "does not hold a JSON object: fix or remove it")
     return value
+
+
+@dataclass
+class JsonRecord:
+    """A module's state record as :func:`read_json_record` found it.
+
+    ``data`` is the record ({} when there is none). ``stale`` lists the old locations that still hold a copy: the
+    record was read from the first of them when ``path`` did not exist, and :func:`write_json_record` removes them.
+    """
+
+    path: str
+    data: dict[str, t.Any]
+    stale: list[str] = field(default_factory=list)
+
+
+def read_json_record(path: str, what: str = "record", old_paths: t.Sequence[str] = ()) -> JsonRecord:
+    """A module's state record at ``path``, else at the first of ``old_paths`` (where an earlier release kept it).
+
+    The one error policy of every state record (:func:`read_json_object`): a missing file is an empty record; a file
+    that is not a JSON object, or a path that is not a regular file, raises FileError naming the file and the fix.
+    Nothing is guessed, because a record holds what ``state: absent`` needs to give the user's files back.
+    """
+    path = os.path.abspath(path)
+    data = read_json_object(path, what)
+    stale = []
+    for old in old_paths:
+        old = os.path.abspath(old)
+        if old == path:
+            continue
+        found = read_json_object(old, what)
+        if found is None:
+            continue
+        stale.append(old)
+        if data is None:
+            data = found
+    return JsonRecord(path=path, data=data or {}, stale=stale)
+
+
+def record_bytes(data: t.Mapping[str, t.Any]) -> bytes:
+    """A state record as it is written: indented JSON with sorted keys and a final newline."""
+    return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8")
+
+
+def write_json_record(module: AnsibleModule, path: str, data: t.Mapping[str, t.Any], what: str = "record",
+                      stale: t.Sequence[str] = ()) -> WriteResult:
+    """Make the state record ``path`` hold ``data``, creating its parent directories; remove it when ``data`` is empty.
+
+    The ``stale`` copies (``JsonRecord.stale``: the record at a location an earlier release used) are removed, and
+    so is their directory once empty; that alone counts as a change. The write is atomic (:func:`write_file`). In
+    check mode nothing is created, written or removed, and the result says what would change. Raises FileError.
+    """
+    path = os.path.abspath(path)
+    before = read_bytes(path, what)
+    if data:
+        content = record_bytes(data)
+        if before is None and not check_directory(os.path.dirname(path), what):
+            if module.check_mode:
+                result = WriteResult(changed=True, content_changed=True, existed=False, diff=make_diff(path, None, content))
+            else:
+                make_dirs(os.path.dirname(path), what)
+                result = write_file(module, path, content, what=what)
+        else:
+            result = write_file(module, path, content, what=what)
+    else:
+        existed = before is not None
+        result = WriteResult(changed=existed, content_changed=existed, existed=existed)
+        if existed:
+            result.diff = {"before": _text(before), "after": "", "before_header": path, "after_header": "%s (absent)" % path}
+            if not module.check_mode:
+                remove(path, what)
+    for old in stale:
+        if not check_file(old, what):
+            continue
+        result.changed = True
+        if not module.check_mode:
+            remove(old, what)
+            try:
+                os.rmdir(os.path.dirname(old))  # the old directory, once nothing else is in it
+            except OSError:
+                pass
+    return result
 
 
 def make_dirs(directory: str, what: str = "path", mode: int = 0o755) -> bool:

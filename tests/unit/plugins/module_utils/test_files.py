@@ -142,3 +142,74 @@ def test_read_json_object_one_policy_for_every_state_record(tmp_path):
     path.mkdir()
     with pytest.raises(_files.FileError, match="not a regular file|is a directory"):
         _files.read_json_object(str(path))
+
+
+def test_json_record_round_trip_and_removal_when_empty(tmp_path):
+    path = str(tmp_path / "state" / "deep" / "record.json")
+    module = FakeModule(str(tmp_path))
+    assert _files.read_json_record(path) == _files.JsonRecord(path=path, data={}, stale=[])
+    result = _files.write_json_record(module, path, {"b": 1, "a": [None]})  # type: ignore[arg-type]
+    assert result.changed and not result.existed
+    with open(path, encoding="utf-8") as handle:
+        assert handle.read() == '{\n  "a": [\n    null\n  ],\n  "b": 1\n}\n'
+    assert _files.read_json_record(path).data == {"a": [None], "b": 1}
+    assert not _files.write_json_record(module, path, {"a": [None], "b": 1}).changed  # type: ignore[arg-type]
+    result = _files.write_json_record(module, path, {})  # type: ignore[arg-type]
+    assert result.changed and result.diff["after_header"] == "%s (absent)" % path and not os.path.exists(path)
+    assert not _files.write_json_record(module, path, {}).changed  # type: ignore[arg-type]
+
+
+def test_json_record_check_mode_touches_nothing(tmp_path):
+    path = str(tmp_path / "state" / "record.json")
+    module = FakeModule(str(tmp_path / "scratch"), check_mode=True)
+    (tmp_path / "scratch").mkdir()
+    before = hostile.snapshot(str(tmp_path))
+    result = _files.write_json_record(module, path, {"a": 1})  # type: ignore[arg-type]
+    assert result.changed and result.diff["after"] == '{\n  "a": 1\n}\n'
+    assert hostile.snapshot(str(tmp_path)) == before
+    os.makedirs(os.path.dirname(path))
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write('{"a": 1}')
+    before = hostile.snapshot(str(tmp_path))
+    assert _files.write_json_record(module, path, {}).changed  # type: ignore[arg-type]
+    assert _files.write_json_record(module, path, {"a": 2}).changed  # type: ignore[arg-type]
+    assert hostile.snapshot(str(tmp_path)) == before
+
+
+def test_json_record_found_at_its_old_path_is_moved(tmp_path):
+    """An upgrade keeps the host's state: the record at an earlier release's path is read, written at the new path,
+    and the old copy (and its directory, once empty) removed; check mode predicts that and touches nothing."""
+    old = tmp_path / "old-dir" / "old.json"
+    old.parent.mkdir()
+    old.write_text('{"spec": "/etc/cdi/nvidia.yaml"}', encoding="utf-8")
+    path = str(tmp_path / "new" / "record.json")
+    record = _files.read_json_record(path, old_paths=[str(old), str(tmp_path / "never.json")])
+    assert record.data == {"spec": "/etc/cdi/nvidia.yaml"} and record.stale == [str(old)]
+    (tmp_path / "scratch").mkdir()
+    before = hostile.snapshot(str(tmp_path))
+    checked = _files.write_json_record(FakeModule(str(tmp_path / "scratch"), True), path, record.data,  # type: ignore[arg-type]
+                                       stale=record.stale)
+    assert checked.changed and hostile.snapshot(str(tmp_path)) == before
+    result = _files.write_json_record(FakeModule(str(tmp_path)), path, record.data, stale=record.stale)  # type: ignore[arg-type]
+    assert result.changed and not old.exists() and not old.parent.exists()
+    assert _files.read_json_record(path, old_paths=[str(old)]) == _files.JsonRecord(path=path, data=record.data, stale=[])
+
+
+def test_json_record_at_both_paths_keeps_the_new_one_and_drops_the_old(tmp_path):
+    old, new = tmp_path / "old.json", tmp_path / "new.json"
+    old.write_text('{"from": "old"}', encoding="utf-8")
+    new.write_text('{"from": "new"}\n', encoding="utf-8")
+    (tmp_path / "keep").write_text("another file")
+    record = _files.read_json_record(str(new), old_paths=[str(old), str(new)])
+    assert record.data == {"from": "new"} and record.stale == [str(old)]
+    result = _files.write_json_record(FakeModule(str(tmp_path)), str(new), record.data, stale=record.stale)  # type: ignore[arg-type]
+    assert result.changed and not old.exists() and (tmp_path / "keep").exists()
+    assert new.read_text(encoding="utf-8") == '{\n  "from": "new"\n}\n'
+
+
+@pytest.mark.parametrize("where", ["new", "old"])
+def test_json_record_one_error_policy_at_either_path(tmp_path, where):
+    old, new = tmp_path / "old.json", tmp_path / "new.json"
+    (old if where == "old" else new).write_text("{not json", encoding="utf-8")
+    with pytest.raises(_files.FileError, match="is not valid JSON .*: fix or remove it"):
+        _files.read_json_record(str(new), "the_record", old_paths=[str(old)])
