@@ -21,9 +21,9 @@ import yaml
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _converged
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _converged, _files
 
-RECORD_DIR = "/var/lib/gpuhost/converged"
+RECORD_DIR = _files.STATE_DIR + "/converged"
 FACT_KEYS = ("distribution", "distribution_version", "distribution_release", "os_family", "kernel", "architecture", "pkg_mgr")
 DRIVER_KEYS = ("version", "branch", "kernel_module_type", "kernel_module_loaded", "kernel_module_version", "library_version")
 GPU_KEYS = ("index", "uuid", "name", "pci_bus_id", "pci_device_id", "architecture", "compute_capability", "bound_driver", "iommu_group")

@@ -347,7 +347,6 @@ validated_with:
   sample: [/usr/bin/docker-compose, -f, /srv/ml/docker-compose.yml, -f, /srv/ml/.docker-compose.gpu.yml.x1.tmp, config, -q]
 """
 
-import json
 import os
 import typing as t
 
@@ -370,7 +369,7 @@ SERVICE_SPEC: dict[str, t.Any] = dict(
     ulimits=dict(type="dict"),
     runtime=dict(type="str"),
 )
-DEFAULT_RECORD = "/var/lib/gpuhost/gpu_compose_override.json"
+DEFAULT_RECORD = _files.STATE_DIR + "/gpu_compose_override.json"
 DEFAULT_COMPOSE_FILES = ("compose.yaml", "compose.yml", "docker-compose.yaml", "docker-compose.yml")
 # Checked before the host is read; the services themselves are checked by _compose.build, also before any read.
 RULES: dict[str, _validate.Rule] = {
@@ -408,21 +407,15 @@ def base_files(path: str, given: list[str]) -> tuple[list[str], list[str]]:
 
 def load_record(path: str) -> dict[str, str | None]:
     """The record: per override file, the text it held before the module's first change (None: it did not exist)."""
-    record = _files.read_json_object(path, "record") or {}
+    record = _files.read_json_record(path).data
     return {str(k): v.get("original") for k, v in record.items()
             if isinstance(v, dict) and isinstance(v.get("original"), (str, type(None)))}
 
 
 def write_record(module: AnsibleModule, path: str, before: dict[str, t.Any], after: dict[str, t.Any]) -> None:
     """Write (or remove, once empty) the record when it changed; nothing in check mode. Raises FileError."""
-    if after == before or module.check_mode:
-        return
-    if after:
-        _files.make_dirs(os.path.dirname(path), "record")
-        record = {k: {"original": v} for k, v in after.items()}
-        _files.write_file(module, path, to_bytes(json.dumps(record, indent=2, sort_keys=True) + "\n"), what="record")
-    else:
-        _files.remove(path, "record")
+    if after != before:
+        _files.write_json_record(module, path, {k: {"original": v} for k, v in after.items()})
 
 
 def absent(module: AnsibleModule, path: str, record_path: str) -> None:

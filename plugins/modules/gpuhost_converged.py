@@ -92,6 +92,14 @@ options:
         A null value (a variable the run left undefined) is left out.
     type: dict
     default: {}
+  pending:
+    description:
+      - O(state=record) in check mode - whether an earlier task of this run would change a file, package or unit the
+        record lists (a package moved to another version, a pin rewritten). Check mode made no change, so the host
+        still looks as recorded; with V(true) the task reports the change the real run's record makes, so check mode
+        predicts it. Ignored outside check mode, where the record is compared with what the run really left.
+    type: bool
+    default: false
 seealso:
   - module: gpuhost.nvidia.nvidia_gpu_facts
 """
@@ -201,6 +209,7 @@ def main() -> None:
             units=dict(type="list", elements="str", default=[]),
             package_manager=dict(type="str", choices=list(_converged.PACKAGE_MANAGERS), default="apt"),
             outputs=dict(type="dict", default={}),
+            pending=dict(type="bool", default=False),
         ),
         required_if=[("state", "probe", ["inputs_digest"]), ("state", "record", ["inputs_digest"])],
         supports_check_mode=True,
@@ -213,11 +222,10 @@ def main() -> None:
 
     if params["state"] == "absent":
         changed = before is not None
-        if changed and not module.check_mode:
-            try:
-                _files.remove(path, "path")
-            except _files.FileError as exc:
-                module.fail_json(msg=str(exc), path=exc.path)
+        try:
+            _files.write_json_record(module, path, {}, "path")  # an empty record is removed
+        except _files.FileError as exc:
+            module.fail_json(msg=str(exc), path=exc.path)
         module.exit_json(changed=changed, path=path, diff=_files.make_diff(path, before, b"") if changed else {})
 
     if params["state"] == "probe":
@@ -237,14 +245,16 @@ def main() -> None:
     verdict = _converged.compare(confirmed, record["inputs_digest"] if record else params["inputs_digest"], observed, problem)
     if record is not None and _converged.wanted(record) != _converged.wanted(new):
         verdict = {"converged": False, "drift": verdict["drift"] + ["the managed files, packages or units changed"]}
+    if module.check_mode and params["pending"] and verdict["converged"]:
+        # What check mode only pretended to change is not on the host yet: the real run's record will differ.
+        verdict = {"converged": False, "drift": ["check mode: earlier tasks of this run would change what the record lists"]}
     changed = not verdict["converged"]
     new["confirmed"] = not changed
     content = to_bytes(_converged.record_text(new))
     diff = _files.make_diff(path, before, content)
-    if content != before and not module.check_mode:
+    if content != before:
         try:
-            _files.make_dirs(os.path.dirname(path), "path")
-            _files.write_file(module, path, content, what="path")
+            _files.write_json_record(module, path, new, "path")
         except _files.FileError as exc:
             module.fail_json(msg=str(exc), path=exc.path)
     module.exit_json(changed=changed, path=path, diff=diff if changed else {}, **verdict)

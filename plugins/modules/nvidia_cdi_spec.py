@@ -78,9 +78,13 @@ options:
     type: str
     default: ""
   record:
-    description: The file that records what the spec was generated for.
+    description:
+      - The file that records what the spec was generated for (JSON). A record that is not a JSON object fails the
+        task, naming the file (fix or remove it).
+      - With the default, a record that an earlier release of this collection kept in
+        C(/var/lib/gpuhost-nvidia/cdi-nvidia.json) is moved here (written here, the old file removed; a change).
     type: path
-    default: /var/lib/gpuhost-nvidia/cdi-nvidia.json
+    default: /var/lib/gpuhost/nvidia_cdi_spec.json
   nvidia_ctk:
     description:
       - The C(nvidia-ctk) binary. Looked up in C(PATH) when not given.
@@ -165,12 +169,11 @@ command:
   sample: [/usr/bin/nvidia-ctk, cdi, generate, --output=/tmp/x/nvidia.yaml, --device-name-strategy=index]
 """
 
-import json
 import os
 import typing as t
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.common.text.converters import to_bytes, to_text
+from ansible.module_utils.common.text.converters import to_text
 
 from ansible_collections.gpuhost.nvidia.plugins.module_utils import _files, _toolkit, _validate
 
@@ -189,17 +192,9 @@ RULES: dict[str, _validate.Rule] = {
     "record": _validate.Path(),
     "nvidia_ctk": _validate.Path(),
 }
-
-
-def read_record(path: str) -> dict[str, t.Any] | None:
-    data = _files.read_bytes(path, "record")
-    if data is None:
-        return None
-    try:
-        record = json.loads(to_text(data))
-    except ValueError:
-        return None  # an unreadable record only means the spec is generated again
-    return record if isinstance(record, dict) else None
+DEFAULT_RECORD = _files.STATE_DIR + "/nvidia_cdi_spec.json"
+# Where earlier development builds kept the default record; moved to DEFAULT_RECORD when found.
+OLD_RECORDS = ("/var/lib/gpuhost-nvidia/cdi-nvidia.json",)
 
 
 def devices_of(module: AnsibleModule, path: str, data: bytes | None) -> list[str]:
@@ -222,6 +217,14 @@ def write(module: AnsibleModule, path: str, data: bytes, what: str) -> _files.Wr
     except _files.FileError as exc:
         module.fail_json(msg=str(exc), path=exc.path)
     return _files.write_file(module, path, data, what=what)
+
+
+def write_record(module: AnsibleModule, path: str, entry: dict[str, t.Any], stale: list[str]) -> _files.WriteResult:
+    try:
+        return _files.write_json_record(module, path, entry, stale=stale)
+    except _files.FileError as exc:
+        module.fail_json(msg=str(exc), path=exc.path)
+    raise AssertionError("fail_json returned")  # pragma: no cover
 
 
 def find_ctk(module: AnsibleModule, spec: str) -> str:
@@ -254,7 +257,7 @@ def main() -> None:
             device_name_strategy=dict(type="str", choices=list(_toolkit.STRATEGIES), default="index"),
             facts=dict(type="dict", default={}),
             toolkit_version=dict(type="str", default=""),
-            record=dict(type="path", default="/var/lib/gpuhost-nvidia/cdi-nvidia.json"),
+            record=dict(type="path", default=DEFAULT_RECORD),
             nvidia_ctk=dict(type="path"),
             allow_missing_driver=dict(type="bool", default=True),
             force=dict(type="bool", default=False),
@@ -277,7 +280,8 @@ def main() -> None:
     duplicates = []
     try:
         _files.check_directory(os.path.abspath(p["dir"]), "dir")
-        record = read_record(record_path)
+        stored = _files.read_json_record(record_path, "record", OLD_RECORDS if record_path == DEFAULT_RECORD else ())
+        record = stored.data or None
         spec_bytes = _files.read_bytes(spec, "dir/filename")
         for directory in p["other_dirs"]:
             if not _files.check_directory(directory, "other_dirs"):
@@ -319,6 +323,10 @@ def main() -> None:
                                     duplicates=duplicates, error=previous_error, command=None)
     if reason is None:
         result["devices"] = devices_of(module, spec, spec_bytes)
+        if stored.stale:  # a record at an earlier release's path moves to record_path
+            outcome = write_record(module, record_path, stored.data, stored.stale)
+            changed = True
+            diffs.append(outcome.diff)
         module.exit_json(changed=changed, diff=diffs, **result)
     if module.check_mode:
         result["devices"] = devices_of(module, spec, spec_bytes)
@@ -354,7 +362,7 @@ def main() -> None:
             diffs.append(outcome.diff)
     result["error"] = error
     entry = {"spec": spec, "generated": error is None, "error": error, "generated_for": wanted}
-    outcome = write(module, record_path, to_bytes(json.dumps(entry, indent=2, sort_keys=True) + "\n"), "record")
+    outcome = write_record(module, record_path, entry, stored.stale)
     if outcome.changed:
         changed = True
         diffs.append(outcome.diff)

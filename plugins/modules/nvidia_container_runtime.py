@@ -207,7 +207,6 @@ runtime_name:
   sample: nvidia
 """
 
-import json
 import os
 import typing as t
 
@@ -222,7 +221,7 @@ DEFAULT_PATHS = {
     "crio": "/etc/crio/crio.conf.d/99-nvidia.conf",
 }
 CRIO_DROPIN_NAME = "99-nvidia.conf"
-DEFAULT_RECORD = "/var/lib/gpuhost/nvidia_container_runtime.json"
+DEFAULT_RECORD = _files.STATE_DIR + "/nvidia_container_runtime.json"
 # Checked before the host is read. The name becomes a key in every engine's configuration and a Kubernetes
 # RuntimeClass handler; runc is Docker's reserved name for its own runtime.
 RULES: dict[str, _validate.Rule] = {
@@ -267,7 +266,7 @@ def read_text(module: AnsibleModule, path: str, what: str) -> str | None:
 
 def load_record(path: str) -> dict[str, dict[str, t.Any]]:
     """The record: per configuration file, {"original": the text before the module's first change, or None}."""
-    record = _files.read_json_object(path, "record") or {}
+    record = _files.read_json_record(path).data
     return {str(k): {"original": v.get("original")} for k, v in record.items()
             if isinstance(v, dict) and isinstance(v.get("original"), (str, type(None)))}
 
@@ -473,13 +472,8 @@ def main() -> None:
 
 def write_record(module: AnsibleModule, path: str, before: dict[str, t.Any], after: dict[str, t.Any]) -> None:
     """Write (or remove, once empty) the record when it changed; nothing in check mode. Raises FileError."""
-    if after == before or module.check_mode:
-        return
-    if after:
-        _files.make_dirs(os.path.dirname(path), "record")
-        _files.write_file(module, path, to_bytes(json.dumps(after, indent=2, sort_keys=True) + "\n"), what="record")
-    else:
-        _files.remove(path, "record")
+    if after != before:
+        _files.write_json_record(module, path, after)
 
 
 if __name__ == "__main__":

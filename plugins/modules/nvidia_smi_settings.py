@@ -303,7 +303,6 @@ applied:
   sample: ["GPU 0 (0000:07:00.0, NVIDIA A100-SXM4-40GB): power_limit 400.0 -> 300.0"]
 """
 
-import os
 import typing as t
 
 from ansible.module_utils.basic import AnsibleModule
@@ -352,7 +351,7 @@ def argument_spec() -> dict[str, t.Any]:
             ),
         ),
         reset_gpus=dict(type="bool", default=False),
-        state_path=dict(type="path", default="/run/gpuhost/nvidia_smi_settings.json"),
+        state_path=dict(type="path", default=_files.RUN_STATE_DIR + "/nvidia_smi_settings.json"),
     )
 
 
@@ -374,10 +373,9 @@ def _empty_result(state: str, msg: str, source: str | None, messages: list[str])
 
 def _write_record(module: AnsibleModule, path: str, record: dict[str, t.Any]) -> None:
     try:
-        _files.make_dirs(os.path.dirname(path), "state_path")
+        _files.write_json_record(module, path, record, "state_path")
     except _files.FileError as exc:
         module.fail_json(msg=str(exc), path=exc.path)
-    _files.write_file(module, path, _settings_apply.record_text(record).encode("utf-8"), what="state_path")
 
 
 def _clock_request_errors(params: dict[str, t.Any]) -> list[str]:
@@ -406,7 +404,7 @@ def main() -> None:
         module.fail_json(msg="; ".join(errors), errors=errors)
 
     try:
-        record = _settings_apply.load_record(params["state_path"])
+        record = _files.read_json_record(params["state_path"], "state_path").data
     except _files.FileError as exc:
         module.fail_json(msg=str(exc), path=exc.path)
     smi_binary = module.get_bin_path("nvidia-smi")

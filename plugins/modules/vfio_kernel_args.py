@@ -135,7 +135,6 @@ backup_file:
   sample: /etc/default/grub.12345.2026-11-23@10:00:00~
 """
 
-import json
 import os
 import typing as t
 
@@ -163,7 +162,7 @@ def check_options(params: dict[str, t.Any]) -> list[str]:
 
 def load_record(path: str) -> dict[str, list[str]]:
     """The record, by command-line file. Raises FileError for a record that is not a JSON object of lists."""
-    record = _files.read_json_object(path, "record") or {}
+    record = _files.read_json_record(path).data
     return {str(k): [str(a) for a in v] for k, v in record.items() if isinstance(v, list)}
 
 
@@ -174,7 +173,7 @@ def main() -> None:
             variable=dict(type="str", default="GRUB_CMDLINE_LINUX"),
             args=dict(type="list", elements="str", default=[]),
             state=dict(type="str", choices=["present", "absent"], default="present"),
-            record=dict(type="path", default="/var/lib/gpuhost/vfio_kernel_args.json"),
+            record=dict(type="path", default=_files.STATE_DIR + "/vfio_kernel_args.json"),
             backup=dict(type="bool", default=True),
         ),
         supports_check_mode=True,
@@ -216,16 +215,10 @@ def main() -> None:
             result["backup_file"] = outcome.backup_file
     if new_record != record:
         result["changed"] = True
-        if not module.check_mode:
-            try:
-                if new_record:
-                    _files.make_dirs(os.path.dirname(record_path), "record")
-                    _files.write_file(module, record_path, to_bytes(json.dumps(new_record, indent=2, sort_keys=True) + "\n"),
-                                      what="record")
-                else:
-                    _files.remove(record_path, "record")
-            except _files.FileError as exc:
-                module.fail_json(msg=str(exc), path=exc.path)
+        try:
+            _files.write_json_record(module, record_path, new_record)
+        except _files.FileError as exc:
+            module.fail_json(msg=str(exc), path=exc.path)
     module.exit_json(**result)
 
 

@@ -58,5 +58,5 @@ def test_driver_and_toolkit_packages_are_gone(host):
 
 def test_the_records_are_gone(host):
     for path in ("/var/lib/gpuhost/nvidia_container_runtime.json", "/var/lib/gpuhost/gpu_compose_override.json",
-                 "/var/lib/gpuhost-nvidia/cdi-nvidia.json"):
+                 "/var/lib/gpuhost/nvidia_cdi_spec.json", "/var/lib/gpuhost-nvidia/cdi-nvidia.json"):
         assert not host.file(path).exists, path

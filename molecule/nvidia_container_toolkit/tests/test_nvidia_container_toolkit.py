@@ -301,7 +301,7 @@ def test_cdi_spec_generated_valid_and_recorded(host, gpuhost_instance):
     schema = json.loads(CDI_SCHEMA.read_text())
     resolver_base = CDI_SCHEMA.parent.as_uri() + "/"
     jsonschema.validate(spec, schema, resolver=jsonschema.RefResolver(resolver_base, schema))
-    record = json.loads(host.file("/var/lib/gpuhost-nvidia/cdi-nvidia.json").content_string)
+    record = json.loads(host.file("/var/lib/gpuhost/nvidia_cdi_spec.json").content_string)
     assert record["spec"] == spec_path and record["generated"] is True
     assert record["generated_for"]["device_name_strategy"] == strategy
     assert record["generated_for"]["toolkit_version"] == EXPECTED[fam][0]
