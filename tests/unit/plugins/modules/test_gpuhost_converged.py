@@ -101,3 +101,25 @@ def test_a_broken_record_is_drift_not_a_failure(run, tmp_path):
     record_path.write_text("not json")
     result = run({"state": "probe", "path": str(record_path), "inputs_digest": "d"})
     assert not result.get("failed") and not result["converged"] and "not valid JSON" in result["drift"][0]
+
+
+def test_check_mode_predicts_the_record_a_version_change_writes(run, host, tmp_path):
+    """A version change (molecule/upgrade_roll): check mode did not upgrade the package, so the host still matches the
+    confirmed record; ``pending`` (the install task would change it) makes the record task report the real run's change."""
+    record_path = tmp_path / "r.json"
+    record = {"state": "record", "path": str(record_path), "inputs_digest": "v1", "packages": ["nvidia-smi"]}
+    run(record)
+    run(record)
+    before = record_path.read_text()
+    assert json.loads(before)["confirmed"] is True
+    new_version = dict(record, inputs_digest="v2")
+    # Without pending, check mode finds the host as recorded: nothing to predict (as before this option).
+    assert not run(new_version, check_mode=True)["changed"]
+    predicted = run(dict(new_version, pending=True), check_mode=True)
+    assert predicted["changed"] and predicted["drift"] == ["check mode: earlier tasks of this run would change what the record lists"]
+    assert record_path.read_text() == before  # check mode writes nothing
+    # The real run upgraded the package: the record changes, which is what check mode predicted.
+    host["packages"]["nvidia-smi"] = "nvidia-smi\tii \t535.274.02-1\n"
+    assert run(dict(new_version, pending=True))["changed"]
+    # Outside check mode pending is ignored: the record is compared with what the run left.
+    assert not run(dict(new_version, pending=True))["changed"]
