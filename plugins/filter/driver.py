@@ -2,7 +2,8 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""Driver filters: nvidia_driver_plan, nvidia_driver_candidate_errors, nvidia_driver_packages, nvidia_driver_versionlock.
+"""Driver filters: nvidia_driver_plan, nvidia_driver_candidate_errors, nvidia_driver_packages, nvidia_driver_versionlock,
+nvidia_driver_move, nvidia_driver_package_specs, nvidia_driver_lockstep.
 
 The key fingerprint filters are in gpg.py.
 
@@ -54,6 +55,26 @@ def nvidia_driver_versionlock(names: t.Any, plan: t.Any = None, style: str = "dn
     raise AnsibleFilterError("nvidia_driver_versionlock: style must be dnf4 or dnf5, got %r" % (style,))
 
 
+def nvidia_driver_move(plan: t.Any, installed: t.Any = None, candidates: t.Any = None) -> dict[str, t.Any]:
+    """What happens to the installed driver (kept, installed, moved up or down), with a summary such as "570.172.08 -> 580.65.06"."""
+    return _driver.plan_move(mapping(plan, "nvidia_driver_move plan"), installed, candidates)
+
+
+def nvidia_driver_package_specs(names: t.Any, version: t.Any = None, pkg_mgr: str = "apt", exact: t.Any = None) -> list[str]:
+    """Package specs asking the package manager for ``names`` at one driver version (apt name=V, dnf name-V)."""
+    if pkg_mgr not in ("apt", "dnf", "pacman"):
+        raise AnsibleFilterError("nvidia_driver_package_specs: pkg_mgr must be apt, dnf or pacman, got %r" % (pkg_mgr,))
+    return _driver.package_specs(names, version, pkg_mgr, exact)
+
+
+def nvidia_driver_lockstep(plan: t.Any, move: t.Any = None, packages: t.Any = None, installed: t.Any = None, pkg_mgr: str = "apt") -> dict[str, t.Any]:
+    """Fabric Manager and NSCQ at the driver's exact version, NVLSM beside them, and the other branch's packages to remove."""
+    return _driver.plan_lockstep(
+        mapping(plan, "nvidia_driver_lockstep plan"), mapping(move, "nvidia_driver_lockstep move"),
+        mapping(packages, "nvidia_driver_lockstep packages"), installed, pkg_mgr,
+    )
+
+
 class FilterModule:
     def filters(self) -> dict[str, t.Callable[..., t.Any]]:
         return {
@@ -61,4 +82,7 @@ class FilterModule:
             "nvidia_driver_candidate_errors": nvidia_driver_candidate_errors,
             "nvidia_driver_packages": nvidia_driver_packages,
             "nvidia_driver_versionlock": nvidia_driver_versionlock,
+            "nvidia_driver_move": nvidia_driver_move,
+            "nvidia_driver_package_specs": nvidia_driver_package_specs,
+            "nvidia_driver_lockstep": nvidia_driver_lockstep,
         }

@@ -24,7 +24,6 @@ from ansible_collections.gpuhost.nvidia.plugins.module_utils._common import norm
 FLAVOURS = ("auto", "open", "proprietary")
 SOURCES = ("auto", "nvidia", "distro")
 PASSTHROUGH_POLICIES = ("fail", "exclude")
-TRISTATE = ("auto", "true", "false")
 
 # First driver branch that drives an architecture (NVIDIA driver release notes, "supported products"): H100 and the Ada
 # boards arrived with 525, the Blackwell parts (B200, RTX 50) with 570. Older architectures run on every branch the role
@@ -136,6 +135,12 @@ def choose_source(requested: str, capabilities: Mapping[str, t.Any]) -> str | No
     return None
 
 
+def _skip(result: dict[str, t.Any], reason: str) -> dict[str, t.Any]:
+    result["act"] = False
+    result["skip_reason"] = reason
+    return result
+
+
 def plan(
     request: Mapping[str, t.Any],
     facts: Mapping[str, t.Any] | None,
@@ -154,11 +159,11 @@ def plan(
         sources: {nvidia|distro: {available, branches, flavours, signed_modules, dkms, fabric_manager, foreign_packages,
         note}}.
 
-    Returns a dict with the decision and ``errors`` (every reason the role must stop, empty when it may go on).
+    Returns a dict with the decision and ``errors`` (every reason the role must stop, empty when it may go on). The
+    stages below run in order; each is a small pure function, and a stage that finds the host out of scope ends the plan.
     """
     facts = facts or {}
     errors: list[str] = []
-    notes: list[str] = []
     distro = "%s %s" % (host.get("distribution") or "unknown", host.get("distribution_version") or host.get("distribution_major_version") or "")
     distro = distro.strip()
     result: dict[str, t.Any] = {
@@ -176,24 +181,94 @@ def plan(
         "excluded_gpus": [],
         "architectures": [],
         "secure_boot": {"enabled": host.get("secure_boot"), "path": None},
-        "notes": notes,
+        "notes": [],
         "errors": errors,
     }
 
     # Values written into repository files are checked first, whatever the host: a bad one is never written.
     errors.extend(request_errors(request))
     gpus = _gpus(facts)
-    present = bool(facts.get("present")) or bool(gpus)
     force = bool(request.get("force"))
-    if not present and not force:
-        result["act"] = False
-        result["skip_reason"] = (
-            "no NVIDIA GPU on this host (ansible_facts.nvidia_gpu.present is false): nothing to drive; "
-            "set nvidia_driver_force: true to install the driver anyway"
-        )
-        return result
+    if not (bool(facts.get("present")) or bool(gpus)) and not force:
+        return _skip(result, "no NVIDIA GPU on this host (ansible_facts.nvidia_gpu.present is false): nothing to drive; "
+                             "set nvidia_driver_force: true to install the driver anyway")
 
     # Inputs that need no host knowledge.
+    inputs, input_errors = _stage_inputs(request)
+    errors.extend(input_errors)
+    result["version"] = inputs["version"]
+
+    # Distribution and source.
+    source, src_caps, source_errors = _stage_source(inputs["source"], host, capabilities, distro)
+    errors.extend(source_errors)
+    if source is None:
+        return result
+    result["source"] = source
+    result["dkms"] = bool(src_caps.get("dkms", True))
+    result["signed_modules"] = bool(src_caps.get("signed_modules"))
+
+    # Branch: what the source offers (an empty list: whatever its repository holds, checked once it is configured).
+    branch, branch_from_default, branch_errors = _stage_branch(inputs["branch"], source, src_caps, distro)
+    errors.extend(branch_errors)
+    result["branch"] = branch
+    result["lifecycle"] = _catalog.branch_lifecycle(branch) if branch is not None else None
+
+    # CUDA requirement.
+    cuda = str(request.get("cuda_version") or "").strip() or None
+    if cuda is not None:
+        errors.extend(check_cuda(inputs["version"] or branch, cuda, bool(request.get("cuda_minor_version_compatibility"))))
+
+    # GPUs, passthrough.
+    driven, excluded, passthrough_errors = _stage_passthrough(gpus, request, inputs["policy"])
+    errors.extend(passthrough_errors)
+    result["gpus"] = [g.get("pci_bus_id") for g in driven]
+    result["excluded_gpus"] = [g.get("pci_bus_id") for g in excluded]
+    if gpus and not driven and not force:
+        _skip(result, "every NVIDIA GPU on this host is meant for passthrough (%s): nothing for the nvidia driver to drive"
+              % ", ".join(str(g.get("pci_bus_id")) for g in excluded))
+        # Only the input errors stand: passthrough GPUs are what this host is for.
+        result["errors"] = request_errors(request) + [e for e in errors if e.startswith("the GPU facts list")]
+        return result
+
+    arch_by_gpu = [(g.get("pci_bus_id"), gpu_architecture(g)) for g in driven]
+    archs = sorted({a for _b, a in arch_by_gpu if a}, key=_catalog.ARCHITECTURES.index)
+    result["architectures"] = archs
+
+    # Flavour.
+    result["flavour"], flavour_errors = _stage_flavour(inputs["flavour"], arch_by_gpu, source, src_caps, distro)
+    errors.extend(flavour_errors)
+
+    # Branch against the GPUs.
+    if branch is not None:
+        errors.extend(check_branch_for_gpus(branch, arch_by_gpu, src_caps if branch_from_default else None, source, distro))
+    if cuda is not None:
+        errors.extend(check_cuda_for_gpus(cuda, arch_by_gpu))
+
+    # Secure Boot.
+    result["secure_boot"]["path"], secure_boot_errors = _stage_secure_boot(result, host, request, capabilities, source, distro)
+    errors.extend(secure_boot_errors)
+
+    # Kernel headers for DKMS.
+    header_errors, header_notes = _stage_headers(result["dkms"], host, request)
+    errors.extend(header_errors)
+    result["notes"].extend(header_notes)
+
+    # Earlier, conflicting installs.
+    errors.extend(_stage_conflicts(host, src_caps, source))
+
+    # Fabric Manager and NVLSM.
+    fm, fm_errors = _stage_fabric_manager(request, facts, src_caps, source, distro, branch, archs)
+    errors.extend(fm_errors)
+    result.update(fm)
+
+    # Reboot policy.
+    errors.extend(_stage_reboot(request, host))
+    return result
+
+
+def _stage_inputs(request: Mapping[str, t.Any]) -> tuple[dict[str, t.Any], list[str]]:
+    """The request's choices that need no host knowledge: flavour, source, passthrough policy, branch and version."""
+    errors: list[str] = []
     flavour = str(request.get("flavour") or "auto")
     if flavour not in FLAVOURS:
         errors.append("nvidia_driver_flavour must be one of %s, got %r" % (", ".join(FLAVOURS), flavour))
@@ -225,33 +300,33 @@ def plan(
             if branch is not None and version_branch != branch:
                 errors.append("nvidia_driver_version %s is not on nvidia_driver_branch %d" % (version, branch))
             branch = version_branch if branch is None else branch
-    result["version"] = version
+    return {"flavour": flavour, "source": source_req, "policy": policy, "version": version, "branch": branch}, errors
 
-    # Distribution and source.
+
+def _stage_source(
+    source_req: str, host: Mapping[str, t.Any], capabilities: Mapping[str, t.Any], distro: str
+) -> tuple[str | None, Mapping[str, t.Any], list[str]]:
+    """The distribution's support and the driver source; no source (None) ends the plan."""
     if not capabilities.get("supported"):
         supported = capabilities.get("supported_list") or "Debian 12/13, Ubuntu 22.04/24.04, EL 8-10, Fedora 41/42, Arch Linux"
-        errors.append("unsupported distribution %s: this role supports %s" % (distro, supported))
-        return result
+        return None, {}, ["unsupported distribution %s: this role supports %s" % (distro, supported)]
     versions = [str(v) for v in _as_list(capabilities.get("versions"))]
     major = str(host.get("distribution_major_version") or "")
     full = str(host.get("distribution_version") or "")
     if versions and major not in versions and full not in versions:
         name = host.get("distribution")
-        errors.append("unsupported %s release %s: this role supports %s %s" % (name, full or major, name, ", ".join(versions)))
-        return result
+        return None, {}, ["unsupported %s release %s: this role supports %s %s" % (name, full or major, name, ", ".join(versions))]
     source = choose_source(source_req, capabilities) if source_req in SOURCES else None
     src_caps: Mapping[str, t.Any] = ((capabilities.get("sources") or {}).get(source) or {}) if source else {}
     if source is None or not src_caps.get("available"):
         why = src_caps.get("note") if src_caps else None
-        errors.append(
-            "driver source %r is not available on %s%s" % (source or source_req, distro, (": " + why) if why else "")
-        )
-        return result
-    result["source"] = source
-    result["dkms"] = bool(src_caps.get("dkms", True))
-    result["signed_modules"] = bool(src_caps.get("signed_modules"))
+        return None, {}, ["driver source %r is not available on %s%s" % (source or source_req, distro, (": " + why) if why else "")]
+    return source, src_caps, []
 
-    # Branch: what the source offers (an empty list: whatever its repository holds, checked once it is configured).
+
+def _stage_branch(branch: int | None, source: str, src_caps: Mapping[str, t.Any], distro: str) -> tuple[int | None, bool, list[str]]:
+    """The branch (the request's, else the source's default), whether it is the default, and what the source refuses."""
+    errors: list[str] = []
     offered = sorted(int(b) for b in _as_list(src_caps.get("branches")))
     branch_from_default = False
     if branch is None:
@@ -268,24 +343,21 @@ def plan(
             "driver branch %d is not offered by the %s source on %s: its repository starts at branch %s%s"
             % (branch, source, distro, minimum, (": " + str(src_caps.get("min_branch_note"))) if src_caps.get("min_branch_note") else "")
         )
-    result["branch"] = branch
-    result["lifecycle"] = _catalog.branch_lifecycle(branch) if branch is not None else None
+    return branch, branch_from_default, errors
 
-    # CUDA requirement.
-    cuda = str(request.get("cuda_version") or "").strip() or None
-    if cuda is not None:
-        errors.extend(check_cuda(version or branch, cuda, bool(request.get("cuda_minor_version_compatibility"))))
 
-    # GPUs, passthrough.
+def _stage_passthrough(
+    gpus: Sequence[Mapping[str, t.Any]], request: Mapping[str, t.Any], policy: str
+) -> tuple[list[Mapping[str, t.Any]], list[Mapping[str, t.Any]], list[str]]:
+    """The GPUs the driver drives and those left to vfio-pci (listed, or bound to it already)."""
+    errors: list[str] = []
     passthrough = {normalize_bus_id(a) or str(a) for a in _as_list(request.get("passthrough_pci_addresses"))}
     for addr in sorted(a for a in passthrough if not PCI_ADDRESS_RE.fullmatch(a)):
         errors.append("nvidia_driver_passthrough_pci_addresses: %r is not a PCI address (dddd:bb:dd.f)" % addr)
-    driven: list[dict[str, t.Any]] = []
-    excluded: list[dict[str, t.Any]] = []
+    driven: list[Mapping[str, t.Any]] = []
+    excluded: list[Mapping[str, t.Any]] = []
     for gpu in gpus:
-        bound = gpu.get("bound_driver")
-        listed = gpu.get("pci_bus_id") in passthrough
-        if listed or bound in ("vfio-pci", "pci-stub"):
+        if gpu.get("pci_bus_id") in passthrough or gpu.get("bound_driver") in ("vfio-pci", "pci-stub"):
             excluded.append(gpu)
         else:
             driven.append(gpu)
@@ -315,65 +387,58 @@ def plan(
                     "passthrough GPUs %s are not bound to vfio-pci yet: bind them first (gpuhost.nvidia.vfio_passthrough), "
                     "or the nvidia driver claims them at the next boot" % ", ".join(str(g.get("pci_bus_id")) for g in unbound)
                 )
-    result["gpus"] = [g.get("pci_bus_id") for g in driven]
-    result["excluded_gpus"] = [g.get("pci_bus_id") for g in excluded]
-    if gpus and not driven and not force:
-        result["act"] = False
-        result["skip_reason"] = "every NVIDIA GPU on this host is meant for passthrough (%s): nothing for the nvidia driver to drive" % ", ".join(
-            str(g.get("pci_bus_id")) for g in excluded
-        )
-        # Only the input errors stand: passthrough GPUs are what this host is for.
-        result["errors"] = request_errors(request) + [e for e in errors if e.startswith("the GPU facts list")]
-        return result
+    return driven, excluded, errors
 
-    arch_by_gpu = [(g.get("pci_bus_id"), gpu_architecture(g)) for g in driven]
-    archs = sorted({a for _b, a in arch_by_gpu if a}, key=_catalog.ARCHITECTURES.index)
-    result["architectures"] = archs
 
-    # Flavour.
+def _stage_flavour(
+    flavour: str, arch_by_gpu: Sequence[tuple[t.Any, str | None]], source: str, src_caps: Mapping[str, t.Any], distro: str
+) -> tuple[str | None, list[str]]:
+    """The kernel module flavour for the driven GPUs, and whether the source offers it."""
     flavours_offered = [str(f) for f in _as_list(src_caps.get("flavours"))] or ["open", "proprietary"]
-    chosen, flavour_errors = choose_flavour(flavour, arch_by_gpu, flavours_offered)
-    errors.extend(flavour_errors)
+    chosen, errors = choose_flavour(flavour, arch_by_gpu, flavours_offered)
     if chosen and chosen not in flavours_offered:
         errors.append(
             "the %s kernel modules are not offered by the %s source on %s%s"
             % (chosen, source, distro, (": " + str(src_caps.get("flavour_note"))) if src_caps.get("flavour_note") else "")
         )
-    result["flavour"] = chosen
+    return chosen, errors
 
-    # Branch against the GPUs.
-    if branch is not None:
-        errors.extend(check_branch_for_gpus(branch, arch_by_gpu, src_caps if branch_from_default else None, source, distro))
-    if cuda is not None:
-        errors.extend(check_cuda_for_gpus(cuda, arch_by_gpu))
 
-    # Secure Boot.
+def _stage_secure_boot(
+    result: Mapping[str, t.Any], host: Mapping[str, t.Any], request: Mapping[str, t.Any], capabilities: Mapping[str, t.Any], source: str, distro: str
+) -> tuple[str | None, list[str]]:
+    """How modules load under Secure Boot: ``signed`` (the source's), ``mok`` (DKMS signing), ``off``, or None (unknown)."""
     if host.get("secure_boot"):
         if result["signed_modules"] and not result["dkms"]:
-            result["secure_boot"]["path"] = "signed"
-        elif request.get("secure_boot_mok"):
-            result["secure_boot"]["path"] = "mok"
-        else:
-            errors.append(
-                "Secure Boot is enabled and the %s source on %s builds unsigned DKMS modules that would not load: set "
-                "nvidia_driver_secure_boot_mok: true to sign them with a Machine Owner Key (enrolment is then pending until "
-                "the next boot's MokManager), or use a source with signed modules%s" % (source, distro, _signed_hint(capabilities))
-            )
-    elif host.get("secure_boot") is False:
-        result["secure_boot"]["path"] = "off"
+            return "signed", []
+        if request.get("secure_boot_mok"):
+            return "mok", []
+        return None, [
+            "Secure Boot is enabled and the %s source on %s builds unsigned DKMS modules that would not load: set "
+            "nvidia_driver_secure_boot_mok: true to sign them with a Machine Owner Key (enrolment is then pending until "
+            "the next boot's MokManager), or use a source with signed modules%s" % (source, distro, _signed_hint(capabilities))
+        ]
+    if host.get("secure_boot") is False:
+        return "off", []
+    return None, []
 
-    # Kernel headers for DKMS.
-    if result["dkms"] and host.get("headers_present") is False:
-        message = (
-            "no kernel headers for the running kernel %s (and no package providing them could be found): DKMS cannot build "
-            "the module" % (host.get("kernel") or "")
-        )
-        if request.get("require_headers", True):
-            errors.append(message + "; install them, or set nvidia_driver_require_headers: false to install anyway")
-        else:
-            notes.append(message + " (nvidia_driver_require_headers is false: installing anyway)")
 
-    # Earlier, conflicting installs.
+def _stage_headers(dkms: bool, host: Mapping[str, t.Any], request: Mapping[str, t.Any]) -> tuple[list[str], list[str]]:
+    """Errors (or notes, when the user accepts it) for a DKMS build without the running kernel's headers."""
+    if not (dkms and host.get("headers_present") is False):
+        return [], []
+    message = (
+        "no kernel headers for the running kernel %s (and no package providing them could be found): DKMS cannot build "
+        "the module" % (host.get("kernel") or "")
+    )
+    if request.get("require_headers", True):
+        return [message + "; install them, or set nvidia_driver_require_headers: false to install anyway"], []
+    return [], [message + " (nvidia_driver_require_headers is false: installing anyway)"]
+
+
+def _stage_conflicts(host: Mapping[str, t.Any], src_caps: Mapping[str, t.Any], source: str) -> list[str]:
+    """Earlier installs that clash with the source: NVIDIA's .run installer, another source's packages or repository."""
+    errors: list[str] = []
     runfiles = _as_list(host.get("runfile_install"))
     if runfiles:
         errors.append(
@@ -394,8 +459,15 @@ def plan(
             "another NVIDIA driver repository is configured (%s): remove it, or choose nvidia_driver_source: %s"
             % (", ".join(str(p) for p in foreign_repos), "distro" if source == "nvidia" else "nvidia")
         )
+    return errors
 
-    # Fabric Manager and NVLSM.
+
+def _stage_fabric_manager(
+    request: Mapping[str, t.Any], facts: Mapping[str, t.Any], src_caps: Mapping[str, t.Any], source: str, distro: str,
+    branch: int | None, archs: Sequence[str],
+) -> tuple[dict[str, bool], list[str]]:
+    """Whether Fabric Manager (NVSwitch hosts, or asked for) and NVLSM (NVLink 5 from branch 570) are installed."""
+    errors: list[str] = []
     nvswitches = int(facts.get("nvswitch_count") or 0)
     fm_req = _tristate(request.get("fabric_manager"))
     fabric_manager = nvswitches > 0 if fm_req == "auto" else fm_req == "true"
@@ -411,19 +483,20 @@ def plan(
         nvlsm = bool(fabric_manager and branch is not None and branch >= NVLSM_FIRST_BRANCH and any(a in NVLSM_ARCHITECTURES for a in archs))
     else:
         nvlsm = nvlsm_req == "true"
-    result["fabric_manager"] = fabric_manager
-    result["nvlsm"] = nvlsm
+    return {"fabric_manager": fabric_manager, "nvlsm": nvlsm}, errors
 
-    # Reboot policy.
+
+def _stage_reboot(request: Mapping[str, t.Any], host: Mapping[str, t.Any]) -> list[str]:
+    """The reboot policy, and a reboot the run could not survive (a local connection)."""
     reboot = str(request.get("reboot") or "never")
     if reboot not in ("never", "if_needed", "always"):
-        errors.append("nvidia_driver_reboot must be never, if_needed or always, got %r" % reboot)
-    elif reboot != "never" and host.get("connection") == "local":
-        errors.append(
+        return ["nvidia_driver_reboot must be never, if_needed or always, got %r" % reboot]
+    if reboot != "never" and host.get("connection") == "local":
+        return [
             "nvidia_driver_reboot is %s but this host is managed over a local connection: rebooting would kill this run. "
             "Use nvidia_driver_reboot: never and reboot yourself" % reboot
-        )
-    return result
+        ]
+    return []
 
 
 def _signed_hint(capabilities: Mapping[str, t.Any]) -> str:
@@ -562,7 +635,7 @@ def check_candidate(plan_result: Mapping[str, t.Any], candidates: t.Any, request
 
 
 _PLACEHOLDER_RE = re.compile(r"\{(branch|pin|kernel_flavour)\}")
-PACKAGE_KEYS = ("module", "userspace", "desktop", "fabric_manager", "nvlsm", "settings", "pin", "pinning")
+PACKAGE_KEYS = ("module", "userspace", "desktop", "fabric_manager", "nscq", "nvlsm", "settings", "pin", "pinning")
 
 
 def _fill(value: t.Any, fills: Mapping[str, str]) -> t.Any:
@@ -588,7 +661,7 @@ def resolve_packages(plan_result: Mapping[str, t.Any], table: Mapping[str, t.Any
     """The package names of one source for the plan's branch and flavour.
 
     ``table`` is one source's entry of the role's ``__nvidia_driver_packages``: ``module``/``desktop`` per flavour,
-    ``userspace``, ``fabric_manager``, ``nvlsm``, ``settings`` (the userland the gpu_settings role installs), ``pin``
+    ``userspace``, ``fabric_manager``, ``nscq`` (libnvidia-nscq, moved and held with the driver where installed), ``nvlsm``, ``settings`` (the userland the gpu_settings role installs), ``pin``
     (more driver packages the installed ones depend on, held with them), ``pinning`` (NVIDIA's pinning package, apt
     only) and ``by_branch`` ({first branch: overrides}), whose entries at or below the plan's branch apply in order.
     Names may hold ``{branch}``, ``{pin}`` (the exact version when one is asked for, else the branch) and
@@ -624,7 +697,7 @@ def resolve_packages(plan_result: Mapping[str, t.Any], table: Mapping[str, t.Any
         resolved[key] = value
     held_modules = [] if table.get("module_versioned_by_kernel") else _names(resolved["module"])
     hold = set(held_modules + _names(resolved["desktop"]))
-    for key in ("userspace", "fabric_manager", "settings", "pin"):
+    for key in ("userspace", "fabric_manager", "nscq", "settings", "pin"):
         hold.update(resolved[key])
     resolved["hold"] = sorted(n for n in hold if n)
     resolved["errors"] = sorted(
@@ -662,3 +735,128 @@ def versionlock_dnf5(names: t.Any, plan_result: Mapping[str, t.Any], epoch: int 
         {"name": name, "conditions": [{"key": "evr", "comparator": ">=", "value": low}, {"key": "evr", "comparator": "<", "value": high}]}
         for name in sorted(set(_names(names)))
     ]
+
+
+def _offered_versions(candidates: t.Any) -> dict[str, str]:
+    """Upstream version -> the package version the package manager printed (the highest one, revision included)."""
+    raw: dict[str, str] = {}
+    for candidate in _as_list(candidates):
+        text = str(candidate or "").strip()
+        upstream = _upstream(text)
+        if _VERSION_RE.fullmatch(upstream) and (upstream not in raw or _digits(text) > _digits(raw[upstream])):
+            raw[upstream] = text
+    return raw
+
+
+def _digits(text: str) -> tuple[int, ...]:
+    return tuple(int(d) for d in re.findall(r"[0-9]+", text))
+
+
+def plan_move(plan_result: Mapping[str, t.Any], installed: t.Any, candidates: t.Any) -> dict[str, t.Any]:
+    """What happens to the installed driver: kept, installed, or moved up or down to another version.
+
+    ``installed`` is the driver package's installed version as the package manager prints it (None or "" when not
+    installed); ``candidates`` the versions the repositories offer (an empty list when they cannot be asked yet, in check
+    mode before the repository exists). A driver on the plan's branch stays where it is unless an exact version is asked
+    for (later releases of the branch come with the package manager's own upgrades, the pin lets them); a driver on
+    another branch, or not at the asked version, moves to the asked version, else to the newest release of the branch
+    that the repositories offer.
+
+    Returns ``action`` (``install``, ``keep``, ``upgrade``, ``downgrade``), ``moves`` (an installed driver changes
+    version), ``from`` and ``to`` (upstream versions; ``to`` is None when the repositories could not be asked and no
+    exact version was asked for), ``to_package`` (the package version to ask the package manager for, revision included
+    where the repositories said it), ``summary`` ("570.172.08 -> 580.65.06") and ``reboot_reason`` (None unless it moves).
+    """
+    branch = plan_result.get("branch")
+    version = plan_result.get("version") or None
+    current = _upstream(installed) if installed not in (None, "") else None
+    current = current if current and _VERSION_RE.fullmatch(current) else None
+    offered = _offered_versions(candidates)
+    fitting = [v for v in offered if (branch is None or parse_branch(v) == int(branch)) and (version is None or version_tuple(v) == version_tuple(version))]
+    newest = max(fitting, key=version_tuple) if fitting else None
+    target_name = "branch %s" % branch if branch is not None else "the repository's version"
+    if current is None:
+        target = version or newest
+        action = "install"
+    elif version is not None and version_tuple(current) != version_tuple(version):
+        target = version
+        action = "upgrade" if version_tuple(version) > version_tuple(current) else "downgrade"
+    elif version is None and branch is not None and parse_branch(current) != int(branch):
+        target = newest
+        action = "upgrade" if int(branch) > (parse_branch(current) or 0) else "downgrade"
+    else:
+        target = current
+        action = "keep"
+    moves = action in ("upgrade", "downgrade")
+    if action == "keep":
+        summary = "%s (kept)" % current
+    elif action == "install":
+        summary = "none -> %s" % (target or target_name)
+    else:
+        summary = "%s -> %s" % (current, target or target_name)
+    return {
+        "action": action,
+        "moves": moves,
+        "from": current,
+        "to": target,
+        "to_package": offered.get(target) if target else None,
+        "summary": summary,
+        "reboot_reason": (
+            "driver %s (%s): the new kernel module loads at the next boot" % (summary, action) if moves else None
+        ),
+    }
+
+
+def package_specs(names: t.Any, version: t.Any, pkg_mgr: str, exact: t.Any = None) -> list[str]:
+    """Package specs that ask the package manager for ``names`` at one driver version.
+
+    apt: ``name=<exact>`` when the repositories gave the full package version (revision included), else ``name=<v>-*``
+    (the apt module's version wildcard); dnf: ``name-<v>``; pacman has no version selection (a repository carries one
+    version) and gets the names. No version: the names as they are.
+    """
+    out = sorted(set(_names(names)))
+    if not version:
+        return out
+    if pkg_mgr == "apt":
+        suffix = ("=%s" % exact) if exact else ("=%s-*" % version)
+        return [n + suffix for n in out]
+    if pkg_mgr == "dnf":
+        return ["%s-%s" % (n, version) for n in out]
+    return out
+
+
+def plan_lockstep(
+    plan_result: Mapping[str, t.Any], move: Mapping[str, t.Any], resolved: Mapping[str, t.Any], installed: t.Any, pkg_mgr: str
+) -> dict[str, t.Any]:
+    """Fabric Manager and NSCQ (libnvidia-nscq), which must run at the driver's exact version, and NVLSM.
+
+    Fabric Manager is wanted when the plan says so; NSCQ only where some libnvidia-nscq package is installed (DCGM and
+    nvidia-smi read NVSwitches through it). Both are asked for at the driver's version (``move.to``) and held with the
+    driver's pin. A package of another branch (names that carry the branch: nvidia-fabricmanager-570, libnvidia-nscq-570)
+    is removed. NVLSM's versions do not follow the driver's: it is installed (and moves with the package manager's
+    upgrades), never pinned to the driver's version.
+
+    Returns ``install`` (specs), ``remove`` (names), ``hold`` (names for the pin) and ``names`` (the wanted names).
+    """
+    installed_names = set(str(n) for n in _as_list(installed))
+    wanted: list[str] = []
+    if plan_result.get("fabric_manager"):
+        wanted.extend(_names(resolved.get("fabric_manager")))
+    nscq = _names(resolved.get("nscq"))
+    if nscq and any(n.startswith("libnvidia-nscq") for n in installed_names):
+        wanted.extend(nscq)
+    wanted = sorted(set(wanted))
+    stale = sorted(
+        n for n in installed_names if n not in wanted and any(
+            re.fullmatch(r"%s-?[0-9]{3}" % re.escape(_strip_branch(w)), n) or (n == _strip_branch(w) and w != n) for w in wanted)
+    )
+    version = move.get("to")
+    install = package_specs(wanted, version, pkg_mgr)
+    if plan_result.get("nvlsm"):
+        install.extend(_names(resolved.get("nvlsm")))
+    return {"install": install, "remove": stale, "hold": wanted, "names": wanted + (_names(resolved.get("nvlsm")) if plan_result.get("nvlsm") else [])}
+
+
+def _strip_branch(name: str) -> str:
+    """``nvidia-fabricmanager-580`` -> ``nvidia-fabricmanager``; names without a branch suffix unchanged."""
+    return re.sub(r"-[0-9]{3}$", "", name)
