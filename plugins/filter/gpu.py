@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _catalog
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _catalog, _driver
 
 PREFER = ("lowest_utilization", "lowest_index", "most_memory")
 
@@ -95,11 +95,7 @@ def select_gpus(
 def gpu_arch(value: t.Any) -> str | None:
     """Architecture from a compute capability, a PCI device id, or a GPU entry of the facts."""
     if isinstance(value, Mapping):
-        return (
-            _catalog.normalize_architecture(value.get("architecture"))
-            or _catalog.architecture(value.get("compute_capability"))
-            or _catalog.architecture(value.get("pci_device_id"))
-        )
+        return _driver.gpu_architecture(value)
     if isinstance(value, float):
         value = "%.1f" % value
     return _catalog.architecture(value)

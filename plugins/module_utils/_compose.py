@@ -20,6 +20,7 @@ import traceback
 import typing as t
 from dataclasses import dataclass, field
 
+from ansible_collections.gpuhost.nvidia.plugins.module_utils._pci import PASSTHROUGH_DRIVERS
 from ansible_collections.gpuhost.nvidia.plugins.module_utils._validate import bad_character, show
 
 try:
@@ -85,7 +86,10 @@ _SERVICE_NAME_RE = re.compile(r"^[a-zA-Z0-9._-]+$")
 _RUNTIME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _DEVICE_NODE_RE = re.compile(r"^/dev/nvidia[A-Za-z0-9_-]*(/[A-Za-z0-9_-][A-Za-z0-9_.-]*)*$")
 _VERSION_RE = re.compile(r"^\d+(\.\d+)*$")
-PASSTHROUGH_DRIVERS = ("vfio-pci", "pci-stub", "nouveau")
+# Drivers under which containers on this host cannot use a GPU: the passthrough drivers (_pci.PASSTHROUGH_DRIVERS, a
+# GPU meant for a VM) and nouveau (which holds the GPU without NVIDIA's userland). Not the same list as the passthrough
+# drivers: a nouveau-bound GPU is not meant for a VM, it is just not usable.
+NO_CONTAINER_DRIVERS = PASSTHROUGH_DRIVERS + ("nouveau",)
 # Limits beyond anything real, so that a typo is refused instead of written (compose reads numbers as 64-bit
 # integers, and no host has more GPUs, no GPU more memory).
 MAX_GPUS = 64
@@ -149,7 +153,7 @@ def _usable(gpu: dict[str, t.Any]) -> str | None:
     if gpu.get("index") is None:
         return "%s has no index in the facts (the driver does not see it)" % _gpu_label(gpu)
     driver = gpu.get("bound_driver")
-    if driver in PASSTHROUGH_DRIVERS:
+    if driver in NO_CONTAINER_DRIVERS:
         return "%s is bound to %s, so containers on this host cannot use it" % (_gpu_label(gpu), driver)
     return None
 

@@ -19,7 +19,7 @@ import os
 import re
 import typing as t
 
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _catalog, _kernels, _pci
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _catalog, _kernels, _pci, _runtime
 from ansible_collections.gpuhost.nvidia.plugins.module_utils._common import version_tuple
 
 try:
@@ -37,11 +37,10 @@ SIGNATURE_MAGIC = b"~Module signature appended~\n"
 # Throttle reasons that are not a problem: idle, a clock the admin set, sync boost, a display clock.
 BENIGN_THROTTLE = frozenset({"gpu_idle", "applications_clocks_setting", "sync_boost", "display_clock_setting"})
 HARD_THROTTLE = frozenset({"hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"})
-CONTAINERD_RUNTIME_TABLES = (
-    ("plugins", "cri", "containerd", "runtimes"),  # containerd 1.x (config version 1, or a config without a version line)
-    ("plugins", "io.containerd.grpc.v1.cri", "containerd", "runtimes"),  # containerd 1.x (config version 2)
-    ("plugins", "io.containerd.cri.v1.runtime", "containerd", "runtimes"),  # containerd 2.x (config version 3)
-)
+# Where a containerd configuration keeps its runtimes: under the CRI plugin of each config version that
+# nvidia_container_runtime writes (_runtime.CRI_PLUGIN: cri for version 1 or no version line, io.containerd.grpc.v1.cri
+# for 2, io.containerd.cri.v1.runtime for containerd 2.x), in that order.
+CONTAINERD_RUNTIME_TABLES = tuple(("plugins", plugin, "containerd", "runtimes") for plugin in dict.fromkeys(_runtime.CRI_PLUGIN.values()))
 DEFAULTS: dict[str, t.Any] = {
     "docker_daemon_json": "/etc/docker/daemon.json",
     "containerd_config": "/etc/containerd/config.toml",

@@ -31,7 +31,9 @@ FUNCTION_NVSWITCH = "nvswitch"
 FUNCTION_BRIDGE = "bridge"
 FUNCTION_OTHER = "other"
 
-# Drivers that claim a GPU on purpose so that the nvidia driver does not (passthrough hosts).
+# The one definition of "passthrough drivers": drivers that claim a GPU on purpose so that the nvidia driver does not
+# (a GPU meant for a VM). The facts, the driver role's planner and the compose planner read it from here; the compose
+# planner's "drivers under which containers cannot use a GPU" (_compose.NO_CONTAINER_DRIVERS) adds nouveau to it.
 PASSTHROUGH_DRIVERS = ("vfio-pci", "pci-stub")
 
 LIBRARIES = {

@@ -28,7 +28,6 @@ except ImportError:  # pragma: no cover - older Pythons on managed hosts
         _toml_reader = None  # type: ignore[assignment]
 
 RUNTIMES = ("docker", "containerd", "crio")
-HAS_TOML = _toml_reader is not None
 # The CRI plugin that holds the runtimes, per containerd config version (1 and 2: containerd 1.x; 3 and later: containerd
 # 2.x), as upstream criRuntimePluginName has them.
 CRI_PLUGIN = {1: "cri", 2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime", 4: "io.containerd.cri.v1.runtime"}

@@ -22,13 +22,11 @@ except ImportError:  # pragma: no cover - the module reports it
     yaml = None  # type: ignore[assignment]
 
 # `nvidia-ctk cdi generate` with --device-name-strategy and the nvidia-container-toolkit-base package (CDI without the
-# legacy hook stack) arrived in 1.12.0; the nvidia-cdi-refresh units (spec kept in /var/run/cdi) in 1.18.0.
+# legacy hook stack) arrived in 1.12.0. (The nvidia-cdi-refresh units' 1.18 and the package lists live in the role:
+# roles/nvidia_container_toolkit/tasks/cdi.yml and vars/main.yml.)
 CDI_MIN_VERSION = "1.12.0"
-CDI_REFRESH_MIN_VERSION = "1.18.0"
 CDI_DIRS = ("/etc/cdi", "/var/run/cdi")
 STRATEGIES = ("index", "uuid")
-FULL_PACKAGES = ["nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvidia-container-tools", "libnvidia-container1"]
-CDI_PACKAGES = ["nvidia-container-toolkit-base"]
 
 
 def version_tuple(version: str) -> tuple[int, ...]:

@@ -22,9 +22,8 @@ import typing as t
 from ansible_collections.gpuhost.nvidia.plugins.module_utils._common import normalize_bus_id
 from ansible_collections.gpuhost.nvidia.plugins.module_utils._validate import SHELL_VARIABLE_RE, KernelArgument, InputError
 
+# The driver this planner binds the chosen functions to (one of _pci.PASSTHROUGH_DRIVERS).
 VFIO_DRIVER = "vfio-pci"
-PASSTHROUGH_DRIVERS = ("vfio-pci", "pci-stub")
-EARLY_MODULES = ("vfio", "vfio_iommu_type1", "vfio_pci")
 
 _ADDRESS_RE = re.compile(r"^(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
 _ID_RE = re.compile(r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{4}$")

@@ -54,7 +54,7 @@ def test_mig_facts(gathered):
     first = gpu["mig_devices"][0]
     assert plan.assignment["a"] == [first["uuid"] or "%s:0" % gpu["index"]]
     # Whole GPUs with MIG on are not placed.
-    placeable = [g for g in facts["gpus"] if not g["mig"]["current"] and g["bound_driver"] not in c.PASSTHROUGH_DRIVERS]
+    placeable = [g for g in facts["gpus"] if not g["mig"]["current"] and g["bound_driver"] not in c.NO_CONTAINER_DRIVERS]
     if not placeable:
         with pytest.raises(c.ComposeError, match=r"short by 1"):
             c.build({"strategy": "exclusive", "services": [{"name": "a"}]}, facts)
