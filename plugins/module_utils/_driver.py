@@ -661,7 +661,8 @@ def resolve_packages(plan_result: Mapping[str, t.Any], table: Mapping[str, t.Any
     """The package names of one source for the plan's branch and flavour.
 
     ``table`` is one source's entry of the role's ``__nvidia_driver_packages``: ``module``/``desktop`` per flavour,
-    ``userspace``, ``fabric_manager``, ``nscq`` (libnvidia-nscq, moved and held with the driver where installed), ``nvlsm``, ``settings`` (the userland the gpu_settings role installs), ``pin``
+    ``userspace``, ``fabric_manager``, ``nscq`` (libnvidia-nscq, moved and held with the driver where installed),
+    ``nvlsm``, ``settings`` (the userland the gpu_settings role installs), ``pin``
     (more driver packages the installed ones depend on, held with them), ``pinning`` (NVIDIA's pinning package, apt
     only) and ``by_branch`` ({first branch: overrides}), whose entries at or below the plan's branch apply in order.
     Names may hold ``{branch}``, ``{pin}`` (the exact version when one is asked for, else the branch) and
