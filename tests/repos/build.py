@@ -207,8 +207,10 @@ def build_rpm_repo(out: Path, specs: list[dict], home: Path, fpr: str, modules: 
         docs = []
         for module, streams in modules.items():
             for stream, names in streams.items():
+                # A branch stream (570-open) holds only that branch's builds; open-dkms, latest-dkms hold every branch.
+                branch = stream.split("-")[0] + "." if stream[:3].isdigit() else ""
                 artifacts = [f"{s['name']}-{s.get('epoch', 0)}:{s['version']}-{s['release']}.x86_64"
-                             for s in built if s["name"] in names]
+                             for s in built if s["name"] in names and s["version"].startswith(branch)]
                 docs.append({"document": "modulemd", "version": 2, "data": {
                     "name": module, "stream": stream, "version": 1, "context": "gpuhost0", "arch": "x86_64",
                     "summary": f"{module} {stream} (gpuhost stub)", "description": "Stub module stream for tests.",
@@ -285,16 +287,19 @@ def build(out: Path) -> None:
     # apt_toolkit_versions: the apt repository also offers a current toolkit (#18), without moving rpm's newest
     build_apt(out / "apt", packages(manifest["apt"], manifest.get("apt_toolkit_versions", tk)), home, fpr)
     build_apt(out / "apt-cuda-debian13", driver_versions(manifest["apt-cuda-debian13"], manifest["apt-cuda-debian13-versions"]), home, fpr)
+    # #20: NVIDIA's debian12 repository, the same stubs at two releases of one branch
+    build_apt(out / "apt-cuda-debian12", driver_versions(manifest["apt-cuda-debian13"], manifest["apt-cuda-debian12-versions"]), home, fpr)
     # Ubuntu (#24): the noble archive's restricted NVIDIA packages and NVIDIA's CUDA ubuntu2204 repository
     for name in ("apt-ubuntu-noble", "apt-cuda-ubuntu2204"):
         build_apt(out / name, manifest[name], home, fpr)
     rpm = manifest["rpm"]
     build_rpm_repo(out / "rpm" / "libnvidia-container", packages(rpm["libnvidia-container"], manifest.get("rpm_toolkit_versions", tk)),
                    home, fpr)
-    build_rpm_repo(out / "rpm" / "cuda-rhel9", packages(rpm["cuda-rhel9"], tk), home, fpr, rpm.get("modules"))
+    build_rpm_repo(out / "rpm" / "cuda-rhel9", driver_versions(rpm["cuda-rhel9"], rpm["cuda-rhel9-versions"]), home, fpr, rpm.get("modules"))
     build_rpm_repo(out / "rpm" / "cuda-rhel10", driver_versions(rpm["cuda-rhel10"], rpm["cuda-rhel10-versions"]), home, fpr)
     build_rpm_repo(out / "rpm" / "baseos-el10", rpm["baseos-el10"], home, fpr)
     build_pacman(out / "pacman", packages(manifest["pacman"], tk), home, fpr)
+    build_pacman(out / "pacman-590", manifest["pacman-590"], home, fpr)  # #20: one branch later
     build_tarballs(out / "tarballs", manifest.get("tarballs", []))
     tampered_copy(out / "apt", out / "tampered" / "apt", "libnvidia-container1_1.18.0-1_*.deb")
     tampered_copy(out / "rpm" / "libnvidia-container", out / "tampered" / "rpm", "libnvidia-container1-1.18.0-1.*.rpm")
