@@ -32,6 +32,7 @@ requirements:
   - For O(validate=true), C(docker compose) (v2) or C(docker-compose) on the managed host.
 extends_documentation_fragment:
   - ansible.builtin.files
+  - gpuhost.nvidia.facts
 attributes:
   check_mode:
     support: full
@@ -164,16 +165,6 @@ options:
     description: The CDI vendor and class used to name devices with O(services[].driver=cdi).
     type: str
     default: nvidia.com/gpu
-  facts:
-    description:
-      - The GPU facts, usually C({{ ansible_facts.nvidia_gpu }}) from M(gpuhost.nvidia.nvidia_gpu_facts).
-      - Needed by the placement strategies, by O(vm_mode), and to check and translate O(services[].device_ids).
-      - The driver library paths are read from C(driver.library_paths), and for each library that has no path there
-        (a missing or null key, as the facts report a library they did not find) from a top-level C(library_paths).
-        Keys may be V(nvml) and V(cuda), or the sonames V(libnvidia-ml.so.1) and V(libcuda.so.1).
-      - GPU indices (0 to 63), GPU and MIG UUIDs, device nodes (C(/dev/nvidia*)), library paths and the driver
-        version are checked before they are written.
-    type: dict
   vm_mode:
     description:
       - For a host (usually a VM with a GPU passed through with vfio-pci) where the NVIDIA container runtime does not
@@ -233,6 +224,12 @@ seealso:
     link: https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/latest/docker-specialized.html
 notes:
   - The compose binary runs as an argument list with C(LC_ALL=C), and its project directory is the directory of O(path).
+  - O(facts) are needed by the placement strategies, by O(vm_mode), and to check and translate
+    O(services[].device_ids). The driver library paths are read from C(driver.library_paths), and for each library
+    that has no path there (a missing or null key, as the facts report a library they did not find) from a top-level
+    C(library_paths); keys may be V(nvml) and V(cuda), or the sonames V(libnvidia-ml.so.1) and V(libcuda.so.1).
+  - GPU indices (0 to 63), GPU and MIG UUIDs, device nodes (C(/dev/nvidia*)), library paths and the driver version
+    taken from O(facts) are checked before they are written.
 """
 
 EXAMPLES = r"""

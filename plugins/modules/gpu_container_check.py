@@ -25,6 +25,8 @@ author:
   - gpuhost.nvidia developers (@gpuhost)
 requirements:
   - The C(docker) Python SDK 5.0 or newer on the managed host (C(python3-docker) on Debian and Ubuntu).
+extends_documentation_fragment:
+  - gpuhost.nvidia.facts
 attributes:
   check_mode:
     support: full
@@ -90,8 +92,6 @@ options:
     type: str
     default: nvidia.com/gpu
   facts:
-    description: The host's GPU facts (C(ansible_facts.nvidia_gpu) from M(gpuhost.nvidia.nvidia_gpu_facts)).
-    type: dict
     required: true
   fail_on_mismatch:
     description: Fail the task when the check does not pass. With V(false) read RV(passed) and RV(reason).

@@ -24,6 +24,8 @@ author:
 requirements:
   - C(nvidia-ctk) from C(nvidia-container-toolkit-base).
   - PyYAML on the managed host to read a YAML spec (a C(.json) O(filename) needs nothing).
+extends_documentation_fragment:
+  - gpuhost.nvidia.facts
 attributes:
   check_mode:
     support: full
@@ -70,8 +72,6 @@ options:
     choices: [index, uuid]
     default: index
   facts:
-    description: The GPU facts, C(ansible_facts.nvidia_gpu) from M(gpuhost.nvidia.nvidia_gpu_facts).
-    type: dict
     default: {}
   toolkit_version:
     description: The installed toolkit version (V(1.18.0), V(1.18.0-1)), recorded so that an upgrade regenerates the spec.
@@ -107,6 +107,7 @@ seealso:
     link: https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/latest/cdi-support.html
 notes:
   - C(nvidia-ctk) runs as an argument list with C(LC_ALL=C).
+  - From O(facts) the module reads the driver version and state, the GPU UUIDs, MIG modes and MIG devices.
 """
 
 EXAMPLES = r"""

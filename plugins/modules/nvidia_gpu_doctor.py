@@ -28,6 +28,8 @@ description:
   - The module changes nothing. It does not fail when a check fails; read RV(status) or RV(checks).
 author:
   - gpuhost.nvidia developers (@gpuhost)
+extends_documentation_fragment:
+  - gpuhost.nvidia.facts
 attributes:
   check_mode:
     support: full
@@ -41,10 +43,6 @@ attributes:
     description: Linux hosts.
 options:
   facts:
-    description:
-      - The GPU facts, usually C({{ ansible_facts.nvidia_gpu }}) from M(gpuhost.nvidia.nvidia_gpu_facts) with
-        C(gather=[health]). Without the health group the throttle, PCIe and ECC checks report that nothing was read.
-    type: dict
     required: true
   required_cuda:
     description: The CUDA version the host's workloads need, for example V(12.4). Unset, the check only reports.
@@ -105,6 +103,9 @@ options:
         existing directory. Other values fail the task, naming the option and the value, before anything is read.
     type: path
     default: /
+notes:
+  - Gather O(facts) with C(gather=[health]); without the health group the throttle, PCIe and ECC checks report that
+    nothing was read.
 seealso:
   - module: gpuhost.nvidia.nvidia_gpu_facts
   - name: NVIDIA Container Toolkit troubleshooting
