@@ -149,24 +149,23 @@ def _stat(path: str, what: str) -> os.stat_result | None:
         raise FileError(what, path, _os_problem(exc)) from None
 
 
-def check_file(path: str, what: str = "path") -> bool:
-    """Whether the regular file ``path`` exists. Raises FileError for anything else there, or above it."""
+def _check_kind(path: str, what: str, is_kind: t.Callable[[int], bool], kind: str) -> bool:
     st = _stat(path, what)
     if st is None:
         return False
-    if not stat.S_ISREG(st.st_mode):
-        raise FileError(what, path, "is %s, not a regular file" % _kind(st.st_mode))
+    if not is_kind(st.st_mode):
+        raise FileError(what, path, "is %s, not %s" % (_kind(st.st_mode), kind))
     return True
+
+
+def check_file(path: str, what: str = "path") -> bool:
+    """Whether the regular file ``path`` exists. Raises FileError for anything else there, or above it."""
+    return _check_kind(path, what, stat.S_ISREG, "a regular file")
 
 
 def check_directory(path: str, what: str = "path") -> bool:
     """Whether the directory ``path`` exists. Raises FileError when something else is there, or above it."""
-    st = _stat(path, what)
-    if st is None:
-        return False
-    if not stat.S_ISDIR(st.st_mode):
-        raise FileError(what, path, "is %s, not a directory" % _kind(st.st_mode))
-    return True
+    return _check_kind(path, what, stat.S_ISDIR, "a directory")
 
 
 def read_bytes(path: str, what: str = "path", max_size: int = MAX_READ) -> bytes | None:

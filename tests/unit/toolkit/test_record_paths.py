@@ -10,8 +10,8 @@ from pathlib import Path
 import yaml
 
 from ansible_collections.gpuhost.nvidia.plugins.module_utils import _files
-from ansible_collections.gpuhost.nvidia.plugins.modules import (gpu_compose_override, nvidia_cdi_spec, nvidia_container_runtime,
-                                                                 nvidia_smi_settings, vfio_kernel_args)
+from ansible_collections.gpuhost.nvidia.plugins.modules import gpu_compose_override, nvidia_cdi_spec, nvidia_container_runtime
+from ansible_collections.gpuhost.nvidia.plugins.modules import nvidia_smi_settings, vfio_kernel_args
 
 from test_modules import _ctk
 
