@@ -17,6 +17,7 @@ import re
 import typing as t
 
 from ansible_collections.gpuhost.nvidia.plugins.module_utils import _catalog, _kernels, _nvml, _pci, _smi
+from ansible_collections.gpuhost.nvidia.plugins.module_utils._gpu_schema import empty_gpu_record, onoff
 from ansible_collections.gpuhost.nvidia.plugins.module_utils._common import (
     STATE_DRIVER_NOT_LOADED,
     STATE_ERROR,
@@ -58,7 +59,7 @@ def _drop_strange_functions(pci: dict[str, t.Any], messages: list[str]) -> None:
 
 
 def _pci_only_record(function: dict[str, t.Any], gather: set[str]) -> dict[str, t.Any]:
-    record = _nvml.empty_gpu_record(None)
+    record = empty_gpu_record(None)
     record.update(
         pci_bus_id=function["pci_bus_id"],
         pci_device_id=function["pci_device_id"],
@@ -99,7 +100,7 @@ def _reboot_reasons(gpus: list[dict[str, t.Any]], state: str, kernel: dict[str, 
             if pair["current"] is not None and pair["pending"] is not None and pair["current"] != pair["pending"]:
                 reasons.append(
                     "%s: %s change pending (%s -> %s); it takes effect after a GPU reset or reboot"
-                    % (name, label, _onoff(pair["current"]), _onoff(pair["pending"]))
+                    % (name, label, onoff(pair["current"]), onoff(pair["pending"]))
                 )
     if kernel["version"] and library_version and kernel["version"] != library_version:
         reasons.append(
@@ -108,10 +109,6 @@ def _reboot_reasons(gpus: list[dict[str, t.Any]], state: str, kernel: dict[str, 
     elif state == STATE_VERSION_MISMATCH:
         reasons.append("the loaded nvidia kernel module does not match the installed user-space driver")
     return reasons
-
-
-def _onoff(value: bool) -> str:
-    return "enabled" if value else "disabled"
 
 
 def gather_facts(

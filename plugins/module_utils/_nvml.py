@@ -6,6 +6,10 @@
 
 Private to this collection: no compatibility promise outside gpuhost.nvidia.
 
+One NVML session is a :class:`Session` (``nvmlInit`` on entering, ``nvmlShutdown`` on leaving). The facts read
+through :meth:`Session.collect`; another backend (the settings, in _settings_apply) reads more about each GPU in the
+same pass through its ``extend`` hook and :class:`Reader`, and calls NVML setters in the same session.
+
 ``pynvml`` is imported inside :func:`load_pynvml`, so a host without nvidia-ml-py is a state the facts report,
 and tests can put a fake module in ``sys.modules['pynvml']``. NVML errors map to states:
 LibraryNotFound -> library_not_found, DriverNotLoaded -> driver_not_loaded, NoPermission -> no_permission,
@@ -22,6 +26,7 @@ import types
 import typing as t
 
 from ansible_collections.gpuhost.nvidia.plugins.module_utils import _catalog
+from ansible_collections.gpuhost.nvidia.plugins.module_utils._gpu_schema import compute_mode_name, empty_gpu_record
 from ansible_collections.gpuhost.nvidia.plugins.module_utils._common import (
     STATE_DRIVER_NOT_LOADED,
     STATE_ERROR,
@@ -75,13 +80,6 @@ _FIELD_NULL_ERRORS = (
     "NVMLError_NotReady",
 )
 
-_COMPUTE_MODES = {
-    0: "default",
-    1: "exclusive_thread",
-    2: "prohibited",
-    3: "exclusive_process",
-}
-
 # nvidia-smi topo -m legend names for NVML's common-ancestor levels.
 _TOPOLOGY_LEVELS = {
     0: "SELF",
@@ -116,19 +114,22 @@ def _is(nv: t.Any, exc: BaseException, *names: str) -> bool:
     return False
 
 
-def _nvml_error(nv: t.Any) -> type[BaseException]:
+def nvml_error(nv: t.Any) -> type[BaseException]:
+    """The library's NVMLError base class (Exception when the module has none)."""
     cls = getattr(nv, "NVMLError", None)
     return cls if isinstance(cls, type) and issubclass(cls, BaseException) else Exception
 
 
 def error_state(nv: t.Any, exc: BaseException) -> str:
+    """The facts state an NVML error means (library_not_found, driver_not_loaded, ...; error otherwise)."""
     for name, state in _INIT_ERROR_STATES:
         if _is(nv, exc, name):
             return state
     return STATE_ERROR
 
 
-def _describe(exc: BaseException) -> str:
+def describe(exc: BaseException) -> str:
+    """``Driver Not Loaded (NVMLError_DriverNotLoaded)``: an NVML error with its class name."""
     try:
         text = str(exc)
     except Exception:  # pylint: disable=broad-exception-caught
@@ -137,12 +138,16 @@ def _describe(exc: BaseException) -> str:
     return "%s (%s)" % (text, name) if text and text != name else name
 
 
-class _Collector:
+class Reader:
+    """Reads NVML values by the facts' rules: a value the GPU does not give is None, any other failure is noted in
+    :attr:`messages`, a lost GPU raises :class:`GpuLost`. The facts fill their records with it; another backend
+    reads its own values with :meth:`call` (see :meth:`Session.collect`)."""
+
     def __init__(self, nv: t.Any, gather: t.Iterable[str]):
         self.nv = nv
         self.gather = set(gather)
         self.messages: list[str] = []
-        self.error_cls = _nvml_error(nv)
+        self.error_cls = nvml_error(nv)
 
     def call(self, label: str, func_name: str, *args: t.Any) -> t.Any:
         """Call an NVML function; None for unsupported values; GpuLost on a lost GPU."""
@@ -153,9 +158,9 @@ class _Collector:
             return func(*args)
         except self.error_cls as exc:
             if _is(self.nv, exc, "NVMLError_GpuIsLost"):
-                raise GpuLost(_describe(exc)) from exc
+                raise GpuLost(describe(exc)) from exc
             if not _is(self.nv, exc, *_FIELD_NULL_ERRORS):
-                self.messages.append("%s: %s failed: %s" % (label, func_name, _describe(exc)))
+                self.messages.append("%s: %s failed: %s" % (label, func_name, describe(exc)))
             return None
 
     # -- per-GPU -------------------------------------------------------------------------------------------
@@ -182,7 +187,7 @@ class _Collector:
         persistence = self.call(label, "nvmlDeviceGetPersistenceMode", handle)
         record["persistence_mode"] = None if persistence is None else bool(persistence)
         mode = self.call(label, "nvmlDeviceGetComputeMode", handle)
-        record["compute_mode"] = _COMPUTE_MODES.get(mode) if mode is not None else None
+        record["compute_mode"] = compute_mode_name(mode)
         record["power_limit_w"] = _watts(self.call(label, "nvmlDeviceGetPowerManagementLimit", handle))
         constraints = self.call(label, "nvmlDeviceGetPowerManagementLimitConstraints", handle)
         if constraints is not None and len(constraints) == 2:
@@ -361,72 +366,90 @@ def mig_profile_from_name(name: str | None) -> str | None:
     return match.group(1) if match else None
 
 
-def empty_gpu_record(index: int | None) -> dict[str, t.Any]:
-    """Every per-GPU key of the facts schema, unset."""
+def _failed(state: str, message: str | None) -> dict[str, t.Any]:
     return {
-        "index": index,
-        "uuid": None,
-        "name": None,
-        "pci_bus_id": None,
-        "pci_device_id": None,
-        "architecture": None,
-        "compute_capability": None,
-        "memory_total_mib": None,
-        "persistence_mode": None,
-        "compute_mode": None,
-        "power_limit_w": None,
-        "power_limit_min_w": None,
-        "power_limit_max_w": None,
-        "ecc": {"current": None, "pending": None},
-        "mig": {"current": None, "pending": None},
-        "mig_devices": [],
-        "bound_driver": None,
-        "iommu_group": None,
-        "numa_node": None,
-        "state": STATE_OK,
-        "message": None,
-        "source": None,
-    }
-
-
-def collect(gather: t.Iterable[str] = (), nv: t.Any = None) -> dict[str, t.Any]:
-    """Query NVML. Returns {available, state, message, messages, driver, gpus}; never raises on NVML errors."""
-    result: dict[str, t.Any] = {
         "available": False,
-        "state": STATE_ERROR,
-        "message": None,
+        "state": state,
+        "message": message,
         "messages": [],
         "driver": {"version": None, "cuda_version": None, "nvml_version": None},
         "gpus": [],
     }
-    if nv is None:
-        nv, trace = load_pynvml()
-        if nv is None:
-            result["state"] = STATE_LIBRARY_NOT_FOUND
-            last = (trace or "").strip().splitlines()[-1:] or [""]
-            result["message"] = "NVML: the Python library nvidia-ml-py (module pynvml) is not installed for %s (%s)" % (
-                sys.executable,
-                last[0],
-            )
-            return result
-    error_cls = _nvml_error(nv)
-    try:
-        nv.nvmlInit()
-    except error_cls as exc:
-        result["state"] = error_state(nv, exc)
-        result["message"] = "NVML: nvmlInit failed: %s" % _describe(exc)
-        return result
-    try:
-        return _collect_initialised(nv, gather, result)
-    finally:
+
+
+Extension = t.Callable[[t.Dict[str, t.Any], t.Any, Reader], None]
+
+
+class Session:
+    """One NVML session: the library loaded and ``nvmlInit`` on entering, ``nvmlShutdown`` on leaving.
+
+    ``nv`` overrides the pynvml module (tests). When the library or ``nvmlInit`` fails, :attr:`active` is False and
+    :meth:`collect` returns the failure (available false, the state, the message); nothing raises.
+    """
+
+    def __init__(self, nv: t.Any = None):
+        self.nv = nv
+        self.error_cls: type[BaseException] = Exception
+        self.active = False
+        self.failure: tuple[str, str] = (STATE_ERROR, "NVML: the session was not opened")
+
+    def __enter__(self) -> "Session":
+        if self.nv is None:
+            nv, trace = load_pynvml()
+            if nv is None:
+                last = (trace or "").strip().splitlines()[-1:] or [""]
+                self.failure = (
+                    STATE_LIBRARY_NOT_FOUND,
+                    "NVML: the Python library nvidia-ml-py (module pynvml) is not installed for %s (%s)" % (sys.executable, last[0]),
+                )
+                return self
+            self.nv = nv
+        self.error_cls = nvml_error(self.nv)
         try:
-            nv.nvmlShutdown()
-        except error_cls:
+            self.nv.nvmlInit()
+        except self.error_cls as exc:
+            self.failure = (error_state(self.nv, exc), "NVML: nvmlInit failed: %s" % describe(exc))
+            return self
+        self.active = True
+        return self
+
+    def __exit__(self, *exc: t.Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """nvmlShutdown, once, if nvmlInit worked."""
+        if not self.active:
+            return
+        self.active = False
+        try:
+            self.nv.nvmlShutdown()
+        except self.error_cls:
             pass
 
+    def reader(self, gather: t.Iterable[str] = ()) -> Reader:
+        return Reader(self.nv, gather)
 
-def _collect_initialised(nv: t.Any, gather: t.Iterable[str], result: dict[str, t.Any]) -> dict[str, t.Any]:
-    collector = _Collector(nv, gather)
+    def collect(self, gather: t.Iterable[str] = (), extend: Extension | None = None) -> dict[str, t.Any]:
+        """The facts: {available, state, message, messages, driver, gpus}; never raises on NVML errors.
+
+        ``extend(record, handle, reader)`` is called for each GPU read without error, after its facts, with the same
+        handle and reader: a backend reads what only it needs in the same pass (a :class:`GpuLost` it raises marks
+        the GPU lost, as in the facts).
+        """
+        if not self.active:
+            return _failed(*self.failure)
+        return _collect_initialised(self.nv, gather, _failed(STATE_ERROR, None), extend)
+
+
+def collect(gather: t.Iterable[str] = (), nv: t.Any = None) -> dict[str, t.Any]:
+    """Query NVML in a session of its own. Returns {available, state, message, messages, driver, gpus}; never raises
+    on NVML errors."""
+    with Session(nv) as session:
+        return session.collect(gather)
+
+
+def _collect_initialised(nv: t.Any, gather: t.Iterable[str], result: dict[str, t.Any], extend: Extension | None = None) -> dict[str, t.Any]:
+    collector = Reader(nv, gather)
     error_cls = collector.error_cls
     try:
         result["driver"]["version"] = to_text(collector.call("driver", "nvmlSystemGetDriverVersion"))
@@ -438,7 +461,7 @@ def _collect_initialised(nv: t.Any, gather: t.Iterable[str], result: dict[str, t
         count = nv.nvmlDeviceGetCount()
     except error_cls as exc:
         result["state"] = error_state(nv, exc)
-        result["message"] = "NVML: nvmlDeviceGetCount failed: %s" % _describe(exc)
+        result["message"] = "NVML: nvmlDeviceGetCount failed: %s" % describe(exc)
         return result
     gpus: list[dict[str, t.Any]] = []
     handles: list[t.Any] = []
@@ -449,6 +472,8 @@ def _collect_initialised(nv: t.Any, gather: t.Iterable[str], result: dict[str, t
         try:
             handle = nv.nvmlDeviceGetHandleByIndex(index)
             collector.fill_gpu(record, handle)
+            if extend is not None:
+                extend(record, handle, collector)
         except GpuLost as exc:
             record["state"] = STATE_GPU_LOST
             record["message"] = "NVML reports GPU %d as lost: %s" % (index, exc)
@@ -458,7 +483,7 @@ def _collect_initialised(nv: t.Any, gather: t.Iterable[str], result: dict[str, t
             if state not in (STATE_GPU_LOST, STATE_NO_PERMISSION):
                 state = STATE_ERROR
             record["state"] = state
-            record["message"] = "NVML: GPU %d: nvmlDeviceGetHandleByIndex failed: %s" % (index, _describe(exc))
+            record["message"] = "NVML: GPU %d: nvmlDeviceGetHandleByIndex failed: %s" % (index, describe(exc))
             handle = None
         gpus.append(record)
         handles.append(handle)

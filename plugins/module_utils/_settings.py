@@ -8,7 +8,11 @@ Private to this collection: no compatibility promise outside gpuhost.nvidia.
 
 Nothing here talks to NVML or runs a command. The module reads each GPU into a *current view* (see
 :func:`current_view`), asks :func:`select` which GPUs a request means, :func:`validate` whether the request fits
-them, and :func:`plan_gpu` what to change. ECC and MIG mode changes are *pending* until a GPU reset or a reboot,
+them, and :func:`plan_gpu` what to change.
+
+Every check of a request lives here: :func:`check_params` (everything no GPU is needed to see, run before the
+module looks for GPUs) and :func:`plan_host` (selection, what the source can do, each GPU's limits, and what only
+the plan shows), so the module's ``main`` only wires options, backends and results. ECC and MIG mode changes are *pending* until a GPU reset or a reboot,
 so they are compared with the pending value, and a pending change is never planned twice.
 """
 
@@ -18,12 +22,14 @@ import fnmatch
 import re
 import typing as t
 
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _validate
-from ansible_collections.gpuhost.nvidia.plugins.module_utils._common import normalize_bus_id
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _gpu_schema, _validate
+from ansible_collections.gpuhost.nvidia.plugins.module_utils._common import STATE_OK, normalize_bus_id
+from ansible_collections.gpuhost.nvidia.plugins.module_utils._gpu_schema import onoff
 
-COMPUTE_MODES = ("DEFAULT", "EXCLUSIVE_PROCESS", "PROHIBITED")
+# The facts schema's compute modes as the module's option spells them (nvidia-smi -c takes the same words).
+COMPUTE_MODES = tuple(mode.upper() for mode in _gpu_schema.SETTABLE_COMPUTE_MODES)
 # NVML's nvmlComputeMode_t values; EXCLUSIVE_THREAD (1) is deprecated and can only be read.
-COMPUTE_MODE_VALUES = {"DEFAULT": 0, "EXCLUSIVE_THREAD": 1, "PROHIBITED": 2, "EXCLUSIVE_PROCESS": 3}
+COMPUTE_MODE_VALUES = {mode.upper(): value for mode, value in _gpu_schema.COMPUTE_MODE_VALUES.items()}
 
 # The order in which settings are applied. Persistence first (it keeps the driver loaded for the rest),
 # MIG layout last (it needs MIG mode on).
@@ -112,6 +118,32 @@ def check_options(params: t.Mapping[str, t.Any]) -> list[str]:
     return errors
 
 
+_CLOCK_PAIRS = (("applications_clocks", ("memory_mhz", "graphics_mhz")), ("locked_clocks", ("min_mhz", "max_mhz")))
+
+
+def _clock_pair_errors(params: t.Mapping[str, t.Any]) -> list[str]:
+    errors = []
+    for key, pair in _CLOCK_PAIRS:
+        value = params.get(key)
+        if value is not None and not value.get("reset") and value.get(pair[0]) is None:
+            errors.append("%s needs %s and %s, or reset: true" % (key, pair[0], pair[1]))
+    return errors
+
+
+def check_params(params: t.Mapping[str, t.Any]) -> list[str]:
+    """Everything wrong with the module's parameters that no GPU is needed to see, so a bad value fails on every host.
+
+    Three stages, and the first that finds something reports it: each option's rules (:func:`check_options`), the
+    clock pairs (both clocks or ``reset``), then the request as a whole (:func:`check_request`).
+    """
+    errors = check_options(params)
+    if not errors:
+        errors = _clock_pair_errors(params)
+    if not errors:
+        errors = check_request(desired_from_params(params))
+    return errors
+
+
 # -- naming ---------------------------------------------------------------------------------------------------
 def gpu_label(gpu: t.Mapping[str, t.Any]) -> str:
     """``GPU 0 (0000:07:00.0, NVIDIA A100-SXM4-40GB)``."""
@@ -137,12 +169,6 @@ def _watts(value: float | int | None) -> str:
     if value is None:
         return "unknown"
     return ("%.2f" % value).rstrip("0").rstrip(".")
-
-
-def onoff(value: t.Any) -> str:
-    if value is None:
-        return "unknown"
-    return "enabled" if value else "disabled"
 
 
 # -- MIG profile names ----------------------------------------------------------------------------------------
@@ -646,6 +672,113 @@ def summarize(plans: t.Sequence[t.Mapping[str, t.Any]]) -> dict[str, t.Any]:
     return {
         "before": {diff_key(p): p["before"] for p in plans},
         "after": {diff_key(p): p["after"] for p in plans},
+    }
+
+
+# -- one host: every check against the GPUs, then the plans, then what the module reports ---------------------
+def plan_host(
+    desired: t.Mapping[str, t.Any],
+    views: t.Sequence[t.Mapping[str, t.Any]],
+    params: t.Mapping[str, t.Any],
+    source: str | None,
+    messages: t.Sequence[str],
+    can_reset: bool,
+) -> dict[str, t.Any]:
+    """Select the GPUs, check the request against them and plan each.
+
+    Returns {skip, errors, selected, plans, to_reset, changed}. ``skip`` is a message when there is nothing to
+    configure (no GPU listed and every selector is ``all``); ``errors`` stops the run before anything changes: a
+    selector that matches nothing, a MIG layout without NVML, a GPU that cannot be configured or whose limits the
+    request breaks, a reset without nvidia-smi, and what only the plans show (busy MIG instances, a busy GPU to reset).
+    ``can_reset``: the nvidia-smi binary is there; ``messages``: why a richer source was not used.
+    """
+    result: dict[str, t.Any] = {"skip": None, "errors": [], "selected": [], "plans": [], "to_reset": [], "changed": False}
+    if not views and all(str(s).strip().lower() == "all" for s in params["gpus"]):
+        result["skip"] = "the driver lists no GPU; nothing to configure"
+        return result
+    try:
+        selected = select(views, params["gpus"])
+    except SettingsError as exc:
+        result["errors"] = [str(exc)]
+        return result
+    if source == "nvidia-smi" and desired["mig_layout"] is not None:
+        result["errors"] = ["mig_layout needs NVML (nvidia-ml-py), which could not be used here: %s" % "; ".join(messages)]
+        return result
+    capable = {"mig": [gpu_label(g) for g in views if g["mig"].get("current") is not None]}
+    errors = []
+    for gpu in selected:
+        if gpu["state"] != STATE_OK:
+            errors.append("%s: cannot be configured: %s" % (gpu_label(gpu), gpu.get("message") or gpu["state"]))
+            continue
+        errors.extend(validate(desired, gpu, capable))
+    if params["reset_gpus"] and not can_reset:
+        errors.append("reset_gpus needs the nvidia-smi binary, which is not in PATH")
+    plans = []
+    if not errors:
+        for gpu in selected:
+            plan = plan_gpu(desired, gpu)
+            errors.extend(check_plan(plan, gpu, params["reset_gpus"]))
+            plans.append(plan)
+    if errors:
+        result["errors"] = errors
+        return result
+    to_reset = [gpu for gpu, plan in zip(selected, plans) if params["reset_gpus"] and plan["pending"]]
+    result.update(selected=selected, plans=plans, to_reset=to_reset, changed=bool(to_reset) or any(plan["changes"] for plan in plans))
+    return result
+
+
+def report(host: t.Mapping[str, t.Any], after: t.Mapping[t.Any, t.Mapping[str, t.Any]] | None, check_mode: bool) -> dict[str, t.Any]:
+    """The module's msg, gpus, reboot_required, reset_required, reasons and notes for a :func:`plan_host` result.
+
+    ``after``: the views read after the changes were applied, by GPU index (None when nothing was applied). A GPU
+    that is (in check mode, would be) reset has no pending change left.
+    """
+    gpus_out = []
+    reasons: list[str] = []
+    reboot_required = reset_required = False
+    plans = host["plans"]
+    for gpu, plan in zip(host["selected"], plans):
+        after_view = (after or {}).get(gpu["index"], gpu)
+        if gpu in host["to_reset"]:
+            pending = []
+        elif after is not None:
+            pending = pending_of({key: after_view[key] for key in PENDING_SETTINGS})
+        else:
+            pending = plan["pending"]
+        gpu_reasons = pending_reasons(after_view, pending)
+        reasons.extend(gpu_reasons)
+        if pending:
+            reboot_required = True
+            reset_required = reset_required or not after_view.get("processes")
+        gpus_out.append(
+            {
+                "index": gpu["index"],
+                "uuid": gpu["uuid"],
+                "pci_bus_id": gpu["pci_bus_id"],
+                "name": gpu["name"],
+                "changes": [{"setting": c["setting"], "before": c["before"], "after": c["after"]} for c in plan["changes"]],
+                "settings": plan["after"],
+                "pending": pending,
+                "processes": after_view.get("processes") or [],
+            }
+        )
+    count = sum(len(p["changes"]) for p in plans)
+    touched = sum(1 for p in plans if p["changes"])
+    if check_mode and host["changed"]:
+        msg = "%d setting(s) would change on %d GPU(s)" % (count, touched)
+    elif host["changed"]:
+        msg = "%d setting(s) changed on %d GPU(s)" % (count, touched)
+    else:
+        msg = "%d GPU(s) already as requested" % len(plans)
+    if host["to_reset"]:
+        msg += "; %d GPU(s) %sreset" % (len(host["to_reset"]), "would be " if check_mode else "")
+    return {
+        "msg": msg,
+        "gpus": gpus_out,
+        "reboot_required": reboot_required,
+        "reset_required": reset_required,
+        "reasons": reasons,
+        "notes": [note for plan in plans for note in plan["notes"]],
     }
 
 

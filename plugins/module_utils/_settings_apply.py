@@ -2,13 +2,17 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""Read the settings of each GPU and apply a plan from _settings, through NVML or with nvidia-smi argument lists.
+"""The settings backends: read each GPU and apply a plan from _settings, through NVML or with nvidia-smi.
 
 Private to this collection: no compatibility promise outside gpuhost.nvidia.
 
-The facts backends (_nvml, _smi) give the per-GPU records; this module adds what only the settings need
-(application clocks and the supported clock table, MIG profiles and instances) and the locked clocks this
-collection applied, which NVML cannot read back. Command runners have the signature ``run(argv) -> (rc, out, err)``.
+Two backends, each a read/apply pair: :class:`NvmlBackend` works in one NVML session (``_nvml.Session``: one
+``nvmlInit`` for the read, the changes and the read after them) and :class:`SmiBackend` runs ``nvidia-smi``
+argument lists. Each reads the facts records through its facts backend (_nvml, _smi) and, in the same pass, what
+only the settings need (application clocks and the supported clock table, MIG profiles and instances) through that
+backend's ``extend`` hook: one NVML pass, one parse of each ``nvidia-smi -q -x`` output. The locked clocks this
+collection applied, which NVML cannot read back, come from the record. Command runners have the signature
+``run(argv) -> (rc, out, err)``.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from ansible_collections.gpuhost.nvidia.plugins.module_utils._common import (
 )
 
 Runner = t.Callable[[t.List[str]], t.Tuple[int, str, str]]
+Session = _nvml.Session
 
 # GPU and compute instance ids are small: NVML hands out GPU instance ids below 16 and compute instance ids
 # below 8 on every MIG-capable GPU so far. Both are probed by id, which the fake NVML and the real one share.
@@ -148,55 +153,20 @@ def parse_gi_from_ci(name: str) -> str | None:
         return None
 
 
-def _nvml_extra(nv: t.Any, handle: t.Any, record: t.Mapping[str, t.Any], collector: t.Any) -> dict[str, t.Any]:
+def _nvml_extra(nv: t.Any, handle: t.Any, record: t.Mapping[str, t.Any], reader: _nvml.Reader) -> dict[str, t.Any]:
     label = "GPU %s" % record["index"]
     extra: dict[str, t.Any] = {
-        "applications_clocks": _clock_pair(collector, label, "nvmlDeviceGetApplicationsClock", handle, nv),
-        "default_applications_clocks": _clock_pair(collector, label, "nvmlDeviceGetDefaultApplicationsClock", handle, nv),
-        "supported_clocks": _supported_clocks(collector, label, handle),
+        "applications_clocks": _clock_pair(reader, label, "nvmlDeviceGetApplicationsClock", handle, nv),
+        "default_applications_clocks": _clock_pair(reader, label, "nvmlDeviceGetDefaultApplicationsClock", handle, nv),
+        "supported_clocks": _supported_clocks(reader, label, handle),
         "mig_profiles": None,
         "mig_instances": None,
     }
     if (record.get("mig") or {}).get("current") is not None:
-        extra["mig_profiles"] = _mig_profiles(collector, label, handle, nv)
+        extra["mig_profiles"] = _mig_profiles(reader, label, handle, nv)
         if record["mig"]["current"]:
-            extra["mig_instances"] = _mig_instances(collector, label, handle, extra["mig_profiles"], record)
+            extra["mig_instances"] = _mig_instances(reader, label, handle, extra["mig_profiles"], record)
     return extra
-
-
-def read_nvml(nv: t.Any, record: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
-    """The NVML facts of every GPU (with processes) turned into planner views, plus the settings-only reads."""
-    result = _nvml.collect(("processes",), nv)
-    result["views"] = []
-    if not result["available"]:
-        return result
-    nv = nv if nv is not None else _nvml.load_pynvml()[0]
-    error_cls = _nvml._nvml_error(nv)  # pylint: disable=protected-access
-    collector = _nvml._Collector(nv, ())  # pylint: disable=protected-access
-    try:
-        nv.nvmlInit()
-    except error_cls as exc:
-        result.update(available=False, state=_nvml.error_state(nv, exc), message="NVML: nvmlInit failed: %s" % exc)
-        return result
-    try:
-        for gpu in result["gpus"]:
-            extra: dict[str, t.Any] = {}
-            if gpu["state"] == STATE_OK:
-                try:
-                    handle = nv.nvmlDeviceGetHandleByIndex(gpu["index"])
-                    extra = _nvml_extra(nv, handle, gpu, collector)
-                except (_nvml.GpuLost, error_cls) as exc:
-                    gpu["state"] = "gpu_lost" if isinstance(exc, _nvml.GpuLost) else STATE_ERROR
-                    gpu["message"] = "NVML: GPU %s: %s" % (gpu["index"], exc)
-            extra["locked_clocks"] = record.get(gpu["uuid"] or "")
-            result["views"].append(_settings.current_view(gpu, extra))
-    finally:
-        try:
-            nv.nvmlShutdown()
-        except error_cls:
-            pass
-    result["messages"].extend(collector.messages)
-    return result
 
 
 def _mhz(elem: ET.Element | None, path: str) -> int | None:
@@ -209,118 +179,69 @@ def _mhz(elem: ET.Element | None, path: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
+def smi_gpu_extra(gpu: ET.Element) -> dict[str, t.Any]:
+    """Application clocks, default application clocks and the supported clock table of one parsed ``<gpu>``."""
+    extra: dict[str, t.Any] = {"mig_profiles": None, "mig_instances": None}
+    for key in ("applications_clocks", "default_applications_clocks"):
+        memory, graphics = _mhz(gpu, "%s/mem_clock" % key), _mhz(gpu, "%s/graphics_clock" % key)
+        extra[key] = None if memory is None or graphics is None else {"memory_mhz": memory, "graphics_mhz": graphics}
+    table: dict[int, list[int]] = {}
+    for entry in gpu.findall("supported_clocks/supported_mem_clock"):
+        memory = _mhz(entry, "value")
+        if memory is None:
+            continue
+        table[memory] = sorted(
+            (int(m.group(1)) for m in (re.match(r"^\s*(\d+)", g.text or "") for g in entry.findall("supported_graphics_clock")) if m),
+            reverse=True,
+        )
+    extra["supported_clocks"] = table or None
+    return extra
+
+
 def smi_clock_extras(xml_text: str) -> list[dict[str, t.Any]]:
-    """Application clocks, default application clocks and the supported clock table of each <gpu>, in order."""
+    """:func:`smi_gpu_extra` of each <gpu> of a saved ``nvidia-smi -q -x`` output, in order ([] when it does not parse).
+
+    For captures read offline; a settings run reads the clocks in the facts parser's pass (:class:`SmiBackend`).
+    """
     text = xml_text[xml_text.find("<"):] if "<" in xml_text else ""
     try:
         root = ET.fromstring(text)
     except ET.ParseError:
         return []
-    extras = []
-    for gpu in root.findall("gpu"):
-        extra: dict[str, t.Any] = {"mig_profiles": None, "mig_instances": None}
-        for key, path in (("applications_clocks", "applications_clocks"), ("default_applications_clocks", "default_applications_clocks")):
-            memory, graphics = _mhz(gpu, "%s/mem_clock" % path), _mhz(gpu, "%s/graphics_clock" % path)
-            extra[key] = None if memory is None or graphics is None else {"memory_mhz": memory, "graphics_mhz": graphics}
-        table: dict[int, list[int]] = {}
-        for entry in gpu.findall("supported_clocks/supported_mem_clock"):
-            memory = _mhz(entry, "value")
-            if memory is None:
-                continue
-            table[memory] = sorted(
-                (int(m.group(1)) for m in (re.match(r"^\s*(\d+)", g.text or "") for g in entry.findall("supported_graphics_clock")) if m),
-                reverse=True,
-            )
-        extra["supported_clocks"] = table or None
-        extras.append(extra)
-    return extras
+    return [smi_gpu_extra(gpu) for gpu in root.findall("gpu")]
 
 
-def read_smi(run: Runner, binary: str, record: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
-    """``nvidia-smi -q -x`` parsed by the facts backend, plus the clocks, as planner views."""
-    captured: list[str] = []
-
-    def capture(argv: list[str]) -> tuple[int, str, str]:
-        rc, out, err = run(argv)
-        captured.append(out or "")
-        return rc, out, err
-
-    result = _smi.collect(capture, binary, ("processes",))
+def _views(result: dict[str, t.Any], extras: t.Callable[[int, t.Mapping[str, t.Any]], dict[str, t.Any]],
+           record: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
     result["views"] = []
-    if not result["available"]:
-        return result
-    extras = smi_clock_extras(captured[0] if captured else "")
-    for position, gpu in enumerate(result["gpus"]):
-        extra = dict(extras[position]) if position < len(extras) and gpu["index"] is not None else {}
-        extra["locked_clocks"] = record.get(gpu["uuid"] or "")
-        result["views"].append(_settings.current_view(gpu, extra))
+    if result["available"]:
+        for position, gpu in enumerate(result["gpus"]):
+            extra = extras(position, gpu)
+            extra["locked_clocks"] = record.get(gpu["uuid"] or "")
+            result["views"].append(_settings.current_view(gpu, extra))
     return result
 
 
-def read_state(
-    nv: t.Any, run: Runner | None, binary: str | None, record: t.Mapping[str, t.Any], root: str = "/"
-) -> dict[str, t.Any]:
-    """Best source first: NVML, then nvidia-smi. Returns {source, state, message, messages, views}."""
-    failures: list[str] = []
-    messages: list[str] = []
-    result = read_nvml(nv, record)
-    if result["available"]:
-        return {"source": "nvml", "state": STATE_OK, "message": None, "messages": result["messages"], "views": result["views"]}
-    failures.append(result["state"])
-    messages.append(result["message"])
-    if binary and run is not None:
-        result = read_smi(run, binary, record)
-        if result["available"]:
-            messages.extend(result["messages"])
-            return {"source": "nvidia-smi", "state": STATE_OK, "message": None, "messages": messages, "views": result["views"]}
-        failures.append(result["state"])
-        messages.append(result["message"])
-    else:
-        messages.append("nvidia-smi: not found in PATH")
-        failures.append(STATE_LIBRARY_NOT_FOUND)
-    state = best_failure_state(failures) or STATE_ERROR
-    if state in (STATE_ERROR, STATE_LIBRARY_NOT_FOUND):
-        # Neither source could say why. The PCI scan can: no NVIDIA GPU at all, or no nvidia kernel module (in a
-        # container without /dev/nvidia*, NVML and nvidia-smi say "Unknown Error" instead of "Driver Not Loaded").
-        pci = _pci.scan(root)
-        if not pci["gpus"]:
-            state = STATE_NO_GPU
-            messages.append("no NVIDIA GPU on the PCI bus")
-        elif not pci["kernel_module"]["loaded"]:
-            state = STATE_DRIVER_NOT_LOADED
-            messages.append("the nvidia kernel module is not loaded")
-    return {"source": None, "state": state, "message": "; ".join(m for m in messages if m), "messages": messages, "views": []}
+class NvmlBackend:
+    """Reads and applies through one NVML session (``_nvml.Session``, opened and closed by the caller)."""
 
+    source = "nvml"
 
-# -- applying -------------------------------------------------------------------------------------------------
-def _describe_change(gpu: t.Mapping[str, t.Any], change: t.Mapping[str, t.Any], detail: str = "") -> str:
-    text = "%s: %s %s -> %s" % (_settings.gpu_label(gpu), change["setting"], _short(change["before"]), _short(change["after"]))
-    return text + (" (%s)" % detail if detail else "")
-
-
-def _short(value: t.Any) -> str:
-    if isinstance(value, (dict, list)):
-        return json.dumps(value, sort_keys=True)
-    return str(value)
-
-
-class NvmlApplier:
-    """Applies planned changes with NVML setters. Use as a context manager (nvmlInit ... nvmlShutdown)."""
-
-    def __init__(self, nv: t.Any):
-        self.nv = nv
-        self.error_cls = _nvml._nvml_error(nv)  # pylint: disable=protected-access
+    def __init__(self, session: _nvml.Session):
+        self.session = session
+        self.nv = session.nv
+        self.error_cls = session.error_cls
         self.done: list[str] = []
 
-    def __enter__(self) -> "NvmlApplier":
-        self.nv.nvmlInit()
-        return self
+    def read(self, record: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
+        """The facts of every GPU (with processes) as planner views, with the settings' reads in the same pass."""
+        extras: dict[int, dict[str, t.Any]] = {}
 
-    def __exit__(self, *exc: t.Any) -> None:
-        try:
-            self.nv.nvmlShutdown()
-        except self.error_cls:
-            pass
+        def extend(gpu: dict[str, t.Any], handle: t.Any, reader: _nvml.Reader) -> None:
+            extras[gpu["index"]] = _nvml_extra(self.nv, handle, gpu, reader)
+
+        result = self.session.collect(("processes",), extend)
+        return _views(result, lambda position, gpu: dict(extras.get(gpu["index"], {})) if gpu["state"] == STATE_OK else {}, record)
 
     def apply(self, gpu: t.Mapping[str, t.Any], change: t.Mapping[str, t.Any]) -> None:
         nv = self.nv
@@ -376,19 +297,26 @@ class NvmlApplier:
                 raise ApplyError("%s: mig_layout: %s %s failed: %s" % (label, op["op"], op["profile"], exc), self.done) from exc
 
 
-class SmiApplier:
-    """Applies planned changes by running nvidia-smi argument lists."""
+class SmiBackend:
+    """Reads with one ``nvidia-smi -q -x`` run (parsed once) and applies with nvidia-smi argument lists."""
+
+    source = "nvidia-smi"
 
     def __init__(self, run: Runner, binary: str):
         self.run = run
         self.binary = binary
         self.done: list[str] = []
 
-    def __enter__(self) -> "SmiApplier":
-        return self
+    def read(self, record: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
+        """``nvidia-smi -q -x`` parsed by the facts backend, with the clocks read from the same parse, as planner views."""
+        extras: list[dict[str, t.Any]] = []
 
-    def __exit__(self, *exc: t.Any) -> None:
-        return None
+        def extend(gpu: ET.Element, _record: dict[str, t.Any]) -> None:
+            extras.append(smi_gpu_extra(gpu))
+
+        result = _smi.collect(self.run, self.binary, ("processes",), extend)
+        # GPUs nvidia-smi could not open come after the parsed ones, without an index and without clocks.
+        return _views(result, lambda position, gpu: dict(extras[position]) if position < len(extras) and gpu["index"] is not None else {}, record)
 
     def apply(self, gpu: t.Mapping[str, t.Any], change: t.Mapping[str, t.Any]) -> None:
         for argv in _settings.smi_argv(self.binary, gpu, change):
@@ -400,6 +328,73 @@ class SmiApplier:
                     self.done,
                 )
         self.done.append(_describe_change(gpu, change))
+
+
+Backend = t.Union[NvmlBackend, SmiBackend]
+
+
+def read_state(session: _nvml.Session, run: Runner | None, binary: str | None, record: t.Mapping[str, t.Any], root: str = "/") -> dict[str, t.Any]:
+    """Best source first: NVML (in ``session``, entered by the caller), then nvidia-smi.
+
+    Returns {source, state, message, messages, views, backend}: ``backend`` reads again and applies through the source
+    that worked (None when none did). An NVML session that read nothing is closed before nvidia-smi runs.
+    """
+    failures: list[str] = []
+    messages: list[str] = []
+    nvml = NvmlBackend(session)
+    result = nvml.read(record)
+    if result["available"]:
+        return {"source": "nvml", "state": STATE_OK, "message": None, "messages": result["messages"], "views": result["views"], "backend": nvml}
+    session.close()
+    failures.append(result["state"])
+    messages.append(result["message"])
+    if binary and run is not None:
+        smi = SmiBackend(run, binary)
+        result = smi.read(record)
+        if result["available"]:
+            messages.extend(result["messages"])
+            return {"source": "nvidia-smi", "state": STATE_OK, "message": None, "messages": messages, "views": result["views"], "backend": smi}
+        failures.append(result["state"])
+        messages.append(result["message"])
+    else:
+        messages.append("nvidia-smi: not found in PATH")
+        failures.append(STATE_LIBRARY_NOT_FOUND)
+    state = best_failure_state(failures) or STATE_ERROR
+    if state in (STATE_ERROR, STATE_LIBRARY_NOT_FOUND):
+        # Neither source could say why. The PCI scan can: no NVIDIA GPU at all, or no nvidia kernel module (in a
+        # container without /dev/nvidia*, NVML and nvidia-smi say "Unknown Error" instead of "Driver Not Loaded").
+        pci = _pci.scan(root)
+        if not pci["gpus"]:
+            state = STATE_NO_GPU
+            messages.append("no NVIDIA GPU on the PCI bus")
+        elif not pci["kernel_module"]["loaded"]:
+            state = STATE_DRIVER_NOT_LOADED
+            messages.append("the nvidia kernel module is not loaded")
+    return {"source": None, "state": state, "message": "; ".join(m for m in messages if m), "messages": messages, "views": [], "backend": None}
+
+
+def apply_plans(backend: Backend, gpus: t.Sequence[t.Mapping[str, t.Any]], plans: t.Sequence[t.Mapping[str, t.Any]],
+                record: dict[str, t.Any]) -> None:
+    """Apply every planned change in order; the locked clocks applied go into ``record`` as they succeed.
+
+    Raises ApplyError at the first failure (``record`` then holds what was applied before it)."""
+    for gpu, plan in zip(gpus, plans):
+        for item in plan["changes"]:
+            backend.apply(gpu, item)
+            if item["setting"] == "locked_clocks" and gpu["uuid"]:
+                record[gpu["uuid"]] = item["after"]
+
+
+# -- applying -------------------------------------------------------------------------------------------------
+def _describe_change(gpu: t.Mapping[str, t.Any], change: t.Mapping[str, t.Any], detail: str = "") -> str:
+    text = "%s: %s %s -> %s" % (_settings.gpu_label(gpu), change["setting"], _short(change["before"]), _short(change["after"]))
+    return text + (" (%s)" % detail if detail else "")
+
+
+def _short(value: t.Any) -> str:
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, sort_keys=True)
+    return str(value)
 
 
 def reset_gpu(run: Runner, binary: str, gpu: t.Mapping[str, t.Any]) -> None:

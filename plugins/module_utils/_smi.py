@@ -29,7 +29,7 @@ from ansible_collections.gpuhost.nvidia.plugins.module_utils._common import (
     device_id_from_nvml,
     normalize_bus_id,
 )
-from ansible_collections.gpuhost.nvidia.plugins.module_utils._nvml import empty_gpu_record
+from ansible_collections.gpuhost.nvidia.plugins.module_utils._gpu_schema import compute_mode_name, empty_gpu_record
 
 # nvidia-smi(1) "RETURN VALUE" section.
 EXIT_CODE_STATES = {
@@ -65,18 +65,11 @@ _NO_VALUE = {
     "not available",
 }
 
-_COMPUTE_MODES = {
-    "default": "default",
-    "exclusive_thread": "exclusive_thread",
-    "exclusive thread": "exclusive_thread",
-    "prohibited": "prohibited",
-    "exclusive_process": "exclusive_process",
-    "exclusive process": "exclusive_process",
-}
-
 _HANDLE_ERROR_RE = re.compile(r"Unable to determine the device handle for GPU\s*([0-9A-Fa-f:.]+):\s*(.*)")
 
 Runner = t.Callable[[t.List[str]], t.Tuple[int, str, str]]
+# ``extend(gpu_element, record)``: another backend's reads from the same parsed <gpu> element (see parse()).
+Extension = t.Callable[[ET.Element, t.Dict[str, t.Any]], None]
 
 
 def clean(value: str | None) -> str | None:
@@ -137,8 +130,12 @@ def _first(elem: ET.Element, paths: t.Iterable[str], convert: t.Callable[[ET.Ele
     return None
 
 
-def parse(xml_text: str, gather: t.Iterable[str] = ()) -> dict[str, t.Any]:
-    """Parse ``nvidia-smi -q -x`` output. Raises ValueError when it is not nvidia-smi XML."""
+def parse(xml_text: str, gather: t.Iterable[str] = (), extend: Extension | None = None) -> dict[str, t.Any]:
+    """Parse ``nvidia-smi -q -x`` output. Raises ValueError when it is not nvidia-smi XML.
+
+    ``extend(gpu_element, record)`` is called for each ``<gpu>`` after its record is built, so that another backend
+    (the settings' clocks) reads what only it needs from the same parse.
+    """
     gather = set(gather)
     text = xml_text.lstrip("\ufeff")
     start = text.find("<")
@@ -157,7 +154,11 @@ def parse(xml_text: str, gather: t.Iterable[str] = ()) -> dict[str, t.Any]:
     }
     if driver["cuda_version"] is not None and not re.match(r"^\d+\.\d+", driver["cuda_version"]):
         driver["cuda_version"] = None
-    gpus = [_gpu(index, elem, gather) for index, elem in enumerate(root.findall("gpu"))]
+    gpus = []
+    for index, elem in enumerate(root.findall("gpu")):
+        gpus.append(_gpu(index, elem, gather))
+        if extend is not None:
+            extend(elem, gpus[-1])
     messages = []
     if "topology" in gather:
         messages.append("nvidia-smi: GPU topology is not part of nvidia-smi -q -x; topology is null")
@@ -179,8 +180,7 @@ def _gpu(index: int, elem: ET.Element, gather: set[str]) -> dict[str, t.Any]:
     )
     record["memory_total_mib"] = _int(elem, "fb_memory_usage/total")
     record["persistence_mode"] = _enabled(elem, "persistence_mode")
-    mode = _text(elem, "compute_mode")
-    record["compute_mode"] = _COMPUTE_MODES.get(mode.lower()) if mode else None
+    record["compute_mode"] = compute_mode_name(_text(elem, "compute_mode"))
     power_paths = ("gpu_power_readings", "power_readings")
     record["power_limit_w"] = _first(elem, ["%s/current_power_limit" % p for p in power_paths] + ["power_readings/power_limit"], _float)
     record["power_limit_min_w"] = _first(elem, ["%s/min_power_limit" % p for p in power_paths], _float)
@@ -252,8 +252,11 @@ def _first_line(*texts: str) -> str:
     return ""
 
 
-def collect(run: Runner, binary: str, gather: t.Iterable[str] = ()) -> dict[str, t.Any]:
-    """Run ``nvidia-smi -q -x`` through ``run`` and return the same shape as the NVML backend's collect()."""
+def collect(run: Runner, binary: str, gather: t.Iterable[str] = (), extend: Extension | None = None) -> dict[str, t.Any]:
+    """Run ``nvidia-smi -q -x`` through ``run`` and return the same shape as the NVML backend's collect().
+
+    ``extend`` is handed to :func:`parse`: one run and one parse serve the facts and another backend's reads.
+    """
     result: dict[str, t.Any] = {
         "available": False,
         "state": STATE_ERROR,
@@ -267,7 +270,7 @@ def collect(run: Runner, binary: str, gather: t.Iterable[str] = ()) -> dict[str,
     parsed = None
     if "<nvidia_smi_log" in (out or ""):
         try:
-            parsed = parse(out, gather)
+            parsed = parse(out, gather, extend)
         except ValueError as exc:
             result["state"] = STATE_ERROR
             result["message"] = "nvidia-smi: %s" % exc

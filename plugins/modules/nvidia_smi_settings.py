@@ -307,7 +307,7 @@ import typing as t
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _files, _nvml, _settings, _settings_apply
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _files, _settings, _settings_apply
 from ansible_collections.gpuhost.nvidia.plugins.module_utils._common import (
     STATE_DRIVER_NOT_LOADED,
     STATE_NO_GPU,
@@ -378,31 +378,44 @@ def _write_record(module: AnsibleModule, path: str, record: dict[str, t.Any]) ->
         module.fail_json(msg=str(exc), path=exc.path)
 
 
-def _clock_request_errors(params: dict[str, t.Any]) -> list[str]:
-    errors = []
-    for key, pair in (("applications_clocks", ("memory_mhz", "graphics_mhz")), ("locked_clocks", ("min_mhz", "max_mhz"))):
-        value = params.get(key)
-        if value is not None and not value.get("reset") and value.get(pair[0]) is None:
-            errors.append("%s needs %s and %s, or reset: true" % (key, pair[0], pair[1]))
-    return errors
+def _fail(module: AnsibleModule, errors: list[str], **result: t.Any) -> t.NoReturn:
+    module.fail_json(msg="; ".join(errors), errors=errors, **result)
+
+
+def _nothing_done(source: str | None) -> dict[str, t.Any]:
+    """The result keys of a run that changed nothing (without msg)."""
+    return {k: v for k, v in _empty_result(STATE_OK, "", source, []).items() if k != "msg"}
+
+
+def _failed_applying(module: AnsibleModule, exc: _settings_apply.ApplyError, backend: _settings_apply.Backend) -> t.NoReturn:
+    done = exc.done or backend.done
+    module.fail_json(msg=str(exc), applied=done, changed=bool(done))
+
+
+def _apply(
+    module: AnsibleModule, backend: _settings_apply.Backend, host: dict[str, t.Any], record: dict[str, t.Any], state_path: str
+) -> dict[t.Any, dict[str, t.Any]]:
+    """Apply the plans, keep the record of the locked clocks applied, and read the GPUs again (by index)."""
+    new_record = dict(record)
+    try:
+        _settings_apply.apply_plans(backend, host["selected"], host["plans"], new_record)
+    except _settings_apply.ApplyError as exc:
+        if new_record != record:
+            _write_record(module, state_path, new_record)
+        _failed_applying(module, exc, backend)
+    if new_record != record:
+        _write_record(module, state_path, new_record)
+    return {view["index"]: view for view in backend.read(new_record)["views"]}
 
 
 def main() -> None:
     module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
     params = module.params
-
     # Everything that can be checked without a GPU is checked first: a bad value is bad on every host.
-    errors = _settings.check_options(params)
+    errors = _settings.check_params(params)
     if errors:
-        module.fail_json(msg="; ".join(errors), errors=errors)
-    errors = _clock_request_errors(params)
-    if errors:
-        module.fail_json(msg="; ".join(errors), errors=errors)
+        _fail(module, errors)
     desired = _settings.desired_from_params(params)
-    errors = _settings.check_request(desired)
-    if errors:
-        module.fail_json(msg="; ".join(errors), errors=errors)
-
     try:
         record = _files.read_json_record(params["state_path"], "state_path").data
     except _files.FileError as exc:
@@ -413,128 +426,44 @@ def main() -> None:
         rc, out, err = module.run_command(argv, environ_update={"LC_ALL": "C", "LANGUAGE": "C"})
         return rc, out, err
 
-    current = _settings_apply.read_state(None, run, smi_binary, record)
-    if current["state"] != STATE_OK:
-        result = _empty_result(current["state"], current["message"], None, current["messages"])
-        if current["state"] in QUIET_STATES:
-            module.exit_json(skipped=True, **result)
-        module.fail_json(**result)
-
-    source = current["source"]
-    views = current["views"]
-    if not views and all(str(s).strip().lower() == "all" for s in params["gpus"]):
-        result = _empty_result(STATE_NO_GPU, "the driver lists no GPU; nothing to configure", source, current["messages"])
-        module.exit_json(skipped=True, **result)
-    try:
-        selected = _settings.select(views, params["gpus"])
-    except _settings.SettingsError as exc:
-        module.fail_json(msg=str(exc), errors=[str(exc)], **{k: v for k, v in _empty_result("ok", "", source, []).items() if k not in ("msg",)})
-
-    if source == "nvidia-smi" and desired["mig_layout"] is not None:
-        msg = "mig_layout needs NVML (nvidia-ml-py), which could not be used here: %s" % "; ".join(current["messages"])
-        module.fail_json(msg=msg, errors=[msg], **{k: v for k, v in _empty_result("ok", "", source, []).items() if k != "msg"})
-
-    capable = {"mig": [_settings.gpu_label(g) for g in views if g["mig"].get("current") is not None]}
-    errors = []
-    for gpu in selected:
-        if gpu["state"] != STATE_OK:
-            errors.append("%s: cannot be configured: %s" % (_settings.gpu_label(gpu), gpu.get("message") or gpu["state"]))
-            continue
-        errors.extend(_settings.validate(desired, gpu, capable))
-    if params["reset_gpus"] and not smi_binary:
-        errors.append("reset_gpus needs the nvidia-smi binary, which is not in PATH")
-    plans = []
-    if not errors:
-        for gpu in selected:
-            plan = _settings.plan_gpu(desired, gpu)
-            errors.extend(_settings.check_plan(plan, gpu, params["reset_gpus"]))
-            plans.append(plan)
-    if errors:
-        module.fail_json(msg="; ".join(errors), errors=errors, **{k: v for k, v in _empty_result("ok", "", source, []).items() if k != "msg"})
-
-    changed = any(plan["changes"] for plan in plans)
-    to_reset = [gpu for gpu, plan in zip(selected, plans) if params["reset_gpus"] and plan["pending"]]
-    changed = changed or bool(to_reset)
-    applied: list[str] = []
-    final = {gpu["index"]: gpu for gpu in selected}
-    if changed and not module.check_mode:
-        applier: t.Any
-        if source == "nvml":
-            applier = _settings_apply.NvmlApplier(_nvml.load_pynvml()[0])
-        else:
-            applier = _settings_apply.SmiApplier(run, smi_binary)
-        new_record = dict(record)
+    after = None
+    # One NVML session for the read, the changes and the read after them. It is closed before a GPU reset, which
+    # nvidia-smi refuses while another NVML client (this one) holds the GPU.
+    with _settings_apply.Session() as session:
+        current = _settings_apply.read_state(session, run, smi_binary, record)
+        if current["state"] != STATE_OK:
+            result = _empty_result(current["state"], current["message"], None, current["messages"])
+            if current["state"] in QUIET_STATES:
+                module.exit_json(skipped=True, **result)
+            module.fail_json(**result)
+        source, backend = current["source"], current["backend"]
+        host = _settings.plan_host(desired, current["views"], params, source, current["messages"], bool(smi_binary))
+        if host["skip"]:
+            module.exit_json(skipped=True, **_empty_result(STATE_NO_GPU, host["skip"], source, current["messages"]))
+        if host["errors"]:
+            _fail(module, host["errors"], **_nothing_done(source))
+        if host["changed"] and not module.check_mode:
+            after = _apply(module, backend, host, record, params["state_path"])
+    if host["to_reset"] and not module.check_mode:
         try:
-            with applier:
-                for gpu, plan in zip(selected, plans):
-                    for item in plan["changes"]:
-                        applier.apply(gpu, item)
-                        if item["setting"] == "locked_clocks" and gpu["uuid"]:
-                            new_record[gpu["uuid"]] = item["after"]
-            for gpu in to_reset:
+            for gpu in host["to_reset"]:
                 _settings_apply.reset_gpu(run, smi_binary, gpu)
-                applier.done.append("%s: GPU reset" % _settings.gpu_label(gpu))
+                backend.done.append("%s: GPU reset" % _settings.gpu_label(gpu))
         except _settings_apply.ApplyError as exc:
-            if new_record != record:
-                _write_record(module, params["state_path"], new_record)
-            module.fail_json(msg=str(exc), applied=exc.done or applier.done, changed=bool(exc.done or applier.done))
-        if new_record != record:
-            _write_record(module, params["state_path"], new_record)
-        applied = applier.done
-        reread = _settings_apply.read_state(None, run, smi_binary, new_record)
-        final.update({view["index"]: view for view in reread["views"] if view["index"] in final})
-
-    gpus_out = []
-    reasons: list[str] = []
-    reboot_required = reset_required = False
-    for gpu, plan in zip(selected, plans):
-        after_view = final[gpu["index"]]
-        if changed and not module.check_mode:
-            pending = _settings.pending_of({key: after_view[key] for key in _settings.PENDING_SETTINGS})
-        elif gpu in to_reset:
-            pending = []
-        else:
-            pending = plan["pending"]
-        gpu_reasons = _settings.pending_reasons(after_view, pending)
-        reasons.extend(gpu_reasons)
-        if pending:
-            reboot_required = True
-            reset_required = reset_required or not after_view.get("processes")
-        gpus_out.append(
-            {
-                "index": gpu["index"],
-                "uuid": gpu["uuid"],
-                "pci_bus_id": gpu["pci_bus_id"],
-                "name": gpu["name"],
-                "changes": [{"setting": c["setting"], "before": c["before"], "after": c["after"]} for c in plan["changes"]],
-                "settings": plan["after"],
-                "pending": pending,
-                "processes": after_view.get("processes") or [],
-            }
-        )
-    count = sum(len(p["changes"]) for p in plans)
-    touched = sum(1 for p in plans if p["changes"])
-    if module.check_mode and changed:
-        msg = "%d setting(s) would change on %d GPU(s)" % (count, touched)
-    elif changed:
-        msg = "%d setting(s) changed on %d GPU(s)" % (count, touched)
-    else:
-        msg = "%d GPU(s) already as requested" % len(plans)
-    if to_reset:
-        msg += "; %d GPU(s) %sreset" % (len(to_reset), "would be " if module.check_mode else "")
-    notes = [note for plan in plans for note in plan["notes"]]
+            _failed_applying(module, exc, backend)
+    outcome = _settings.report(host, after, module.check_mode)
     module.exit_json(
-        changed=changed,
+        changed=host["changed"],
         state=STATE_OK,
-        msg=msg,
+        msg=outcome["msg"],
         source=source,
-        messages=current["messages"] + notes,
-        gpus=gpus_out,
-        reboot_required=reboot_required,
-        reset_required=reset_required,
-        reasons=reasons,
-        applied=applied,
-        diff=_settings.summarize(plans),
+        messages=current["messages"] + outcome["notes"],
+        gpus=outcome["gpus"],
+        reboot_required=outcome["reboot_required"],
+        reset_required=outcome["reset_required"],
+        reasons=outcome["reasons"],
+        applied=backend.done if host["changed"] and not module.check_mode else [],
+        diff=_settings.summarize(host["plans"]),
     )
 
 

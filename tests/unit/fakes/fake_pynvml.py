@@ -10,7 +10,8 @@ The NVMLError class hierarchy and every ``NVML_*`` constant are the real ones fr
 
 Getters cover what the facts backend reads. Setters (persistence, compute mode, power limit, clocks, ECC, MIG, GPU
 and compute instances) mutate the profile state the way the driver does: ECC and MIG changes become *pending*.
-Every call is appended to ``fake.calls`` as ``(function name, gpu index or None, args...)``.
+Every call is appended to ``fake.calls`` as ``(function name, gpu index or None, args...)``. ``init_calls`` counts
+every ``nvmlInit`` (also one that fails), ``init_count`` the ones that worked, ``shutdown_count`` the shutdowns.
 
 Profile keys are documented in ``profiles/README.md``.
 """
@@ -114,6 +115,7 @@ class FakeNVML:
         self.profile = copy.deepcopy(profile)
         self.nvml = self.profile.setdefault("nvml", {}) or {}
         self.calls: list[tuple[t.Any, ...]] = []
+        self.init_calls = 0
         self.init_count = 0
         self.shutdown_count = 0
         self.initialised = 0
@@ -195,6 +197,7 @@ class FakeNVML:
     # init / system
     def nvmlInit(self) -> None:
         self.calls.append(("nvmlInit", None))
+        self.init_calls += 1
         if self.nvml.get("init_error"):
             raise error(self.nvml["init_error"])
         self.init_count += 1

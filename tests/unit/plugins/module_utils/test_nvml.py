@@ -248,3 +248,60 @@ def test_fake_requires_init():
     nv = fake_pynvml.make_fake("t4").module
     with pytest.raises(nv.NVMLError_Uninitialized):
         nv.nvmlDeviceGetCount()
+
+
+# -- the session and its extension hook (what the settings backend reads through) ------------------------------
+def test_session_is_one_init_and_one_shutdown_around_every_read():
+    fake = fake_pynvml.make_fake("a100_mig")
+    with _nvml.Session(fake.module) as session:
+        assert session.active
+        first = session.collect(("processes",))
+        second = session.collect()
+        assert fake.initialised == 1
+    assert first["available"] and second["available"] and first["gpus"][0]["uuid"] == second["gpus"][0]["uuid"]
+    assert (fake.init_calls, fake.shutdown_count, fake.initialised) == (1, 1, 0)
+
+
+def test_session_failure_is_reported_like_collect():
+    profile = fake_pynvml.load_profile("t4")
+    profile["nvml"]["init_error"] = "DriverNotLoaded"
+    fake = fake_pynvml.make_fake(profile)
+    with _nvml.Session(fake.module) as session:
+        assert not session.active
+        result = session.collect()
+    assert result == _nvml.collect(nv=fake.module)
+    assert (result["state"], result["available"]) == ("driver_not_loaded", False)
+    assert (fake.init_calls, fake.shutdown_count) == (2, 0)
+
+
+def test_extend_hook_reads_in_the_same_pass_with_the_same_handle():
+    fake = fake_pynvml.make_fake("h100_sxm_8x_nvswitch")
+    seen = []
+
+    def extend(record, handle, reader):
+        seen.append((record["index"], handle, reader.call("GPU %d" % record["index"], "nvmlDeviceGetMinorNumber", handle)))
+
+    with _nvml.Session(fake.module) as session:
+        result = session.collect((), extend)
+    assert [index for index, _handle, _minor in seen] == list(range(8))
+    assert all(minor is not None for _index, _handle, minor in seen)
+    assert [c[2] for c in fake.calls if c[0] == "nvmlDeviceGetHandleByIndex"] == list(range(8))
+    assert [g["state"] for g in result["gpus"]] == ["ok"] * 8
+
+
+def test_extend_hook_that_finds_the_gpu_lost_marks_it_lost():
+    fake = fake_pynvml.make_fake("t4")
+
+    def extend(record, handle, reader):
+        raise _nvml.GpuLost("fell off the bus")
+
+    with _nvml.Session(fake.module) as session:
+        result = session.collect((), extend)
+    assert result["gpus"][0]["state"] == "gpu_lost" and "fell off the bus" in result["gpus"][0]["message"]
+
+
+@pytest.mark.parametrize("value,name", [(0, "default"), (1, "exclusive_thread"), (2, "prohibited"), (3, "exclusive_process"), (9, None)])
+def test_compute_modes_come_from_the_facts_schema(value, name):
+    profile = fake_pynvml.load_profile("t4")
+    profile["gpus"][0]["compute_mode"] = value
+    assert _nvml.collect(nv=fake_pynvml.make_fake(profile).module)["gpus"][0]["compute_mode"] == name

@@ -230,3 +230,27 @@ def test_collect_broken_xml():
     result = _smi.collect(run, ARGS[0])
     assert result["available"] is False and result["state"] == "error"
     assert "does not parse" in result["message"]
+
+
+def test_extend_hook_sees_each_parsed_gpu_element_once():
+    seen = []
+    run = canned_runner({ARGS: (0, own("a100_mig_535.104.05.xml"), "")})
+    result = _smi.collect(run, ARGS[0], ("processes",), lambda elem, record: seen.append((elem.tag, elem.get("id"), record["index"])))
+    assert result["available"] is True
+    assert seen == [("gpu", "00000000:07:00.0", 0)] and len(result["gpus"]) == 1
+
+
+@pytest.mark.parametrize(
+    "text,name",
+    [("Default", "default"), ("Exclusive_Process", "exclusive_process"), ("Exclusive Process", "exclusive_process"),
+     ("Exclusive_Thread", "exclusive_thread"), ("Prohibited", "prohibited"), ("N/A", None), ("Shared", None)],
+)
+def test_compute_modes_come_from_the_facts_schema(text, name):
+    xml = "<nvidia_smi_log><gpu id='00000000:07:00.0'><compute_mode>%s</compute_mode></gpu></nvidia_smi_log>" % text
+    assert _smi.parse(xml)["gpus"][0]["compute_mode"] == name
+
+
+def test_smi_does_not_import_the_nvml_backend():
+    # The record both backends fill is the facts schema's (_gpu_schema), not the NVML backend's.
+    with open(_smi.__file__, "r", encoding="utf-8") as handle:
+        assert not re.search(r"\b_nvml\b", handle.read())
