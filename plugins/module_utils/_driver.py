@@ -833,8 +833,8 @@ def plan_lockstep(
 
     Fabric Manager is wanted when the plan says so; NSCQ only where some libnvidia-nscq package is installed (DCGM and
     nvidia-smi read NVSwitches through it). Both are asked for at the driver's version (``move.to``) and held with the
-    driver's pin. A package of another branch (names that carry the branch: nvidia-fabricmanager-570, libnvidia-nscq-570)
-    is removed. NVLSM's versions do not follow the driver's: it is installed (and moves with the package manager's
+    driver's pin. An installed package of another branch is removed: names that carry the branch (nvidia-fabricmanager-570,
+    libnvidia-nscq-570) and EL's renamed Fabric Manager (nvidia-fabric-manager to 575, nvidia-fabricmanager from 580). NVLSM's versions do not follow the driver's: it is installed (and moves with the package manager's
     upgrades), never pinned to the driver's version.
 
     Returns ``install`` (specs), ``remove`` (names), ``hold`` (names for the pin) and ``names`` (the wanted names).
@@ -847,10 +847,8 @@ def plan_lockstep(
     if nscq and any(n.startswith("libnvidia-nscq") for n in installed_names):
         wanted.extend(nscq)
     wanted = sorted(set(wanted))
-    stale = sorted(
-        n for n in installed_names if n not in wanted and any(
-            re.fullmatch(r"%s-?[0-9]{3}" % re.escape(_strip_branch(w)), n) or (n == _strip_branch(w) and w != n) for w in wanted)
-    )
+    families = {_family(w) for w in wanted}
+    stale = sorted(n for n in installed_names if n not in wanted and _family(n) in families)
     version = move.get("to")
     install = package_specs(wanted, version, pkg_mgr)
     if plan_result.get("nvlsm"):
@@ -858,6 +856,7 @@ def plan_lockstep(
     return {"install": install, "remove": stale, "hold": wanted, "names": wanted + (_names(resolved.get("nvlsm")) if plan_result.get("nvlsm") else [])}
 
 
-def _strip_branch(name: str) -> str:
-    """``nvidia-fabricmanager-580`` -> ``nvidia-fabricmanager``; names without a branch suffix unchanged."""
-    return re.sub(r"-[0-9]{3}$", "", name)
+def _family(name: str) -> str:
+    """One key for the names a package takes across branches: ``nvidia-fabricmanager-580``, ``nvidia-fabricmanager``
+    (590 on) and EL's ``nvidia-fabric-manager`` (to 575) are all ``nvidia fabric manager``."""
+    return re.sub(r"-?[0-9]{3}$", "", name).replace("-", "")

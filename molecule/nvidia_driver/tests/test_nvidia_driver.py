@@ -31,7 +31,7 @@ EXPECTED = {
         "dkms": "nvidia-current/535.261.03: added",
         "branch": "535",
     },
-    "rocky9": {"installed": ["nvidia-driver", "kmod-nvidia-open-dkms", "nvidia-persistenced", "nvidia-fabric-manager"], "absent": [],
+    "rocky9": {"installed": ["nvidia-driver", "kmod-nvidia-open-dkms", "nvidia-persistenced", "nvidia-fabricmanager"], "absent": ["nvidia-fabric-manager"],
                "branch": "580"},
     "debian13-nvidia": {"installed": ["nvidia-driver-pinning-595", "nvidia-kernel-open-dkms", "nvidia-driver-cuda", "nvidia-smi"],
                         "absent": ["nvidia-open-kernel-dkms", "nvidia-kernel-dkms"], "branch": "595"},

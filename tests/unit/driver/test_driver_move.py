@@ -96,6 +96,14 @@ def test_lockstep_from_590_where_fabric_manager_loses_its_branch_suffix():
     assert (out["install"], out["remove"]) == (["nvidia-fabricmanager=595.91.07-*"], ["nvidia-fabricmanager-580"])
 
 
+def test_lockstep_follows_el_fabric_manager_rename_at_580():
+    # EL: nvidia-fabric-manager to 575, nvidia-fabricmanager from 580 (vars/RedHat.yml by_branch, docs/sources.md).
+    move = {"to": "580.65.06"}
+    out = _driver.plan_lockstep({"fabric_manager": True}, move, {"fabric_manager": ["nvidia-fabricmanager"]},
+                                ["nvidia-fabric-manager", "nvidia-driver"], "dnf")
+    assert (out["install"], out["remove"]) == (["nvidia-fabricmanager-580.65.06"], ["nvidia-fabric-manager"])
+
+
 def test_nscq_is_resolved_per_branch_and_held():
     resolved = _driver.resolve_packages({"branch": 580}, {"nscq": ["libnvidia-nscq-{branch}"], "userspace": ["u"]})
     assert resolved["nscq"] == ["libnvidia-nscq-580"]
