@@ -18,7 +18,7 @@ import re
 import typing as t
 from collections.abc import Mapping, Sequence
 
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _catalog, _gpg, _validate
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _catalog, _gpg, _pci, _validate
 from ansible_collections.gpuhost.nvidia.plugins.module_utils._common import normalize_bus_id, version_tuple
 
 FLAVOURS = ("auto", "open", "proprietary")
@@ -357,7 +357,7 @@ def _stage_passthrough(
     driven: list[Mapping[str, t.Any]] = []
     excluded: list[Mapping[str, t.Any]] = []
     for gpu in gpus:
-        if gpu.get("pci_bus_id") in passthrough or gpu.get("bound_driver") in ("vfio-pci", "pci-stub"):
+        if gpu.get("pci_bus_id") in passthrough or gpu.get("bound_driver") in _pci.PASSTHROUGH_DRIVERS:
             excluded.append(gpu)
         else:
             driven.append(gpu)
@@ -381,7 +381,7 @@ def _stage_passthrough(
                 "nvidia_driver_passthrough_policy: exclude to keep them on vfio-pci" % desc
             )
         else:
-            unbound = [g for g in excluded if g.get("bound_driver") not in ("vfio-pci", "pci-stub")]
+            unbound = [g for g in excluded if g.get("bound_driver") not in _pci.PASSTHROUGH_DRIVERS]
             if unbound:
                 errors.append(
                     "passthrough GPUs %s are not bound to vfio-pci yet: bind them first (gpuhost.nvidia.vfio_passthrough), "

@@ -19,6 +19,8 @@ def test_passthrough_drivers_are_defined_once_with_their_two_meanings():
     assert _vfio.VFIO_DRIVER in _pci.PASSTHROUGH_DRIVERS
     defined = [p.name for p in PLUGINS.rglob("*.py") if "PASSTHROUGH_DRIVERS = " in p.read_text(encoding="utf-8")]
     assert defined == ["_pci.py"]
+    spelled = sorted(p.name for p in PLUGINS.rglob("*.py") if '"pci-stub"' in p.read_text(encoding="utf-8"))
+    assert spelled == ["_pci.py"]
 
 
 def test_doctor_reads_containerd_runtime_tables_from_the_runtime_planner():
