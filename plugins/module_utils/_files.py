@@ -261,7 +261,8 @@ def write_json_record(module: AnsibleModule, path: str, data: t.Mapping[str, t.A
 
     The ``stale`` copies (``JsonRecord.stale``: the record at a location an earlier release used) are removed, and
     so is their directory once empty; that alone counts as a change. The write is atomic (:func:`write_file`). In
-    check mode nothing is created, written or removed, and the result says what would change. Raises FileError.
+    check mode nothing is created, written or removed, and the result says what would change. The module's common
+    file arguments (of a module that writes a user's file with ``mode``) are not applied to the record. Raises FileError.
     """
     path = os.path.abspath(path)
     before = read_bytes(path, what)
@@ -272,9 +273,9 @@ def write_json_record(module: AnsibleModule, path: str, data: t.Mapping[str, t.A
                 result = WriteResult(changed=True, content_changed=True, existed=False, diff=make_diff(path, None, content))
             else:
                 make_dirs(os.path.dirname(path), what)
-                result = write_file(module, path, content, what=what)
+                result = write_file(module, path, content, what=what, file_args=False)
         else:
-            result = write_file(module, path, content, what=what)
+            result = write_file(module, path, content, what=what, file_args=False)
     else:
         existed = before is not None
         result = WriteResult(changed=existed, content_changed=existed, existed=existed)
@@ -370,13 +371,15 @@ def write_file(
     validate: Validator | None = None,
     validate_unchanged: bool = False,
     what: str = "path",
+    file_args: bool = True,
 ) -> WriteResult:
     """Make ``path`` hold ``content``. See the module docstring.
 
     ``validate(tmp_path)`` is called before anything is replaced; it reports a problem by calling
     ``module.fail_json`` (or raising), and the destination is then left untouched. It runs only when the content
     changes, unless ``validate_unchanged`` is set. A path that cannot be written (see :func:`check_file`) fails the
-    module, naming ``what`` and the path, before anything is written.
+    module, naming ``what`` and the path, before anything is written. ``file_args=False`` leaves the module's
+    common file arguments (mode, owner, group) to the file they are for, not this one.
     """
     path = os.path.abspath(path)
     directory = os.path.dirname(path)
@@ -420,7 +423,7 @@ def write_file(
     else:
         _remove(tmp)
 
-    if "mode" in module.params and (before is not None or not module.check_mode):
-        file_args = module.load_file_common_arguments(module.params, path=path)
-        result.changed = module.set_fs_attributes_if_different(file_args, result.changed, diff=None)
+    if file_args and "mode" in module.params and (before is not None or not module.check_mode):
+        common = module.load_file_common_arguments(module.params, path=path)
+        result.changed = module.set_fs_attributes_if_different(common, result.changed, diff=None)
     return result

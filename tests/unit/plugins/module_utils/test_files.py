@@ -213,3 +213,17 @@ def test_json_record_one_error_policy_at_either_path(tmp_path, where):
     (old if where == "old" else new).write_text("{not json", encoding="utf-8")
     with pytest.raises(_files.FileError, match="is not valid JSON .*: fix or remove it"):
         _files.read_json_record(str(new), "the_record", old_paths=[str(old)])
+
+
+def test_json_record_does_not_take_the_modules_file_arguments(tmp_path):
+    """gpu_compose_override has mode/owner/group for the override file; its record keeps its own."""
+
+    class WithFileArgs(FakeModule):
+        def load_file_common_arguments(self, params: dict[str, t.Any], path: str) -> dict[str, t.Any]:
+            raise AssertionError("the record took the module's file arguments")
+
+    module = WithFileArgs(str(tmp_path))
+    module.params = {"mode": "0600", "owner": None, "group": None}
+    path = str(tmp_path / "r.json")
+    assert _files.write_json_record(module, path, {"a": 1}).changed  # type: ignore[arg-type]
+    assert not _files.write_json_record(module, path, {"a": 1}).changed  # type: ignore[arg-type]
