@@ -35,7 +35,10 @@ def test_role_vars_name_the_modules_default_records():
     assert toolkit["__nvidia_container_toolkit_cdi_old_records"] == list(nvidia_cdi_spec.OLD_RECORDS)
     vfio = yaml.safe_load((ROOT / "roles/vfio_passthrough/vars/main.yml").read_text(encoding="utf-8"))
     assert vfio["__vfio_passthrough_record"] == _default_record(vfio_kernel_args)
-    assert _default_record(gpu_compose_override) in (ROOT / "roles/gpu_compose/tasks/main.yml").read_text(encoding="utf-8")
+    compose = yaml.safe_load((ROOT / "roles/gpu_compose/vars/main.yml").read_text(encoding="utf-8"))
+    assert compose["__gpu_compose_record"] == _default_record(gpu_compose_override)
+    for tasks in ("main.yml", "absent.yml"):
+        assert "record: \"{{ __gpu_compose_record }}\"" in (ROOT / "roles/gpu_compose/tasks" / tasks).read_text(encoding="utf-8")
 
 
 def test_cdi_record_at_the_old_path_is_moved_on_upgrade(run_module, tmp_path, monkeypatch):
