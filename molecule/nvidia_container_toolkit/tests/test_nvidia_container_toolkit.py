@@ -286,6 +286,38 @@ def test_crio_dropin(host, gpuhost_instance):
     assert dropin == {"crio": {"runtime": {"runtimes": {"nvidia": nvidia}}}}
 
 
+def main_pid(host, unit: str) -> str:
+    return host.run("systemctl show --property=MainPID --value %s" % unit).stdout.strip()
+
+
+def test_restart_if_idle_restarts_an_idle_engine(host, gpuhost_instance):
+    """Debian 12: the real containerd.service, whose configuration the role changed and in whose containers no GPU
+    process runs (the host has no driver), was restarted: its main process is not the one prepare noted."""
+    if family(gpuhost_instance) != "debian12":
+        pytest.skip("the idle case runs on the Debian host, with Debian's real containerd")
+    before = host.file("/var/lib/gpuhost-test/engine-before.pid").content_string.strip()
+    assert before not in ("", "0") and host.service("containerd").is_running
+    assert main_pid(host, "containerd.service") not in ("0", before)
+
+
+def test_restart_if_idle_defers_while_a_gpu_container_runs(host, gpuhost_instance):
+    """Rocky 9: a GPU process runs in a CRI-O container's cgroup, so the restart of crio.service (a stand-in) that the
+    changed drop-in needs is deferred, reported as pending with the container named, in every run; crio.service still
+    runs the main process prepare started."""
+    if family(gpuhost_instance) != "rocky9":
+        pytest.skip("the deferred case runs on the Rocky host")
+    before = host.file("/var/lib/gpuhost-test/engine-before.pid").content_string.strip()
+    assert before not in ("", "0") and main_pid(host, "crio.service") == before
+    job = host.file("/var/lib/gpuhost-test/gpu-job.pid").content_string.strip()
+    assert "crio-63425c4a8b42" in host.file("/proc/%s/cgroup" % job).content_string
+    noted = json.loads(host.file("/var/lib/gpuhost-test/restart.json").content_string)
+    assert noted["pending"] == ["crio.service"]
+    assert noted["report"] == [
+        "nvidia_container_toolkit: crio.service restart pending (restart policy if_idle): containers it would stop use "
+        "the GPUs: crio container 63425c4a8b42 (sleep, pid %s, GPU 0). It was not restarted; the next run restarts it once "
+        "they have stopped, or restart it yourself (systemctl restart crio.service)." % job]
+
+
 def test_cdi_spec_generated_valid_and_recorded(host, gpuhost_instance):
     fam = family(gpuhost_instance)
     # Toolkit 1.18+ (Debian's 1.18.0, Rocky's 1.20.0) ships nvidia-cdi-refresh: the spec goes where the service writes

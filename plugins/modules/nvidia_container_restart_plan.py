@@ -1,0 +1,286 @@
+#!/usr/bin/python
+# Copyright (c) gpuhost.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: nvidia_container_restart_plan
+short_description: Decide whether container engines whose configuration changed may restart now
+version_added: 0.1.0
+description:
+  - Read-only. For each engine in O(engines) (Docker, containerd, CRI-O), says whether it is due a restart, and whether
+    to restart it now, defer it, or only report it, following O(policy).
+  - An engine is due a restart when its unit is active and its configuration changed in this run (the engine's
+    C(changed)) or one of its configuration files (the engine's C(files)) is newer than the unit's main process. The
+    second covers a restart an earlier run deferred or did not make, so it is not forgotten.
+  - The GPU processes come from O(gpu_facts) (C(gpus[].processes) of M(gpuhost.nvidia.nvidia_gpu_facts), gathered with
+    C(gather=[processes])). Each process is mapped to its container through C(/proc/<pid>/cgroup), from the cgroup
+    path shapes the engines create - C(docker-<id>.scope) or C(/docker/<id>), C(cri-containerd-<id>.scope),
+    C(crio-<id>.scope), C(libpod-<id>.scope), and the kubelet's C(/kubepods/<qos>/pod<uid>/<id>), which does not
+    name the engine.
+  - A restart of Docker stops its containers unless C(live-restore) is V(true) in O(docker_daemon_json); then they keep
+    running and only Docker's own containers are not counted. A restart of containerd or CRI-O is counted as
+    stopping their containers and the kubelet's unnamed ones.
+  - O(policy=if_idle) restarts an engine when no GPU process runs in a container the restart would stop, and defers
+    it otherwise (RV(pending), with the containers named, and a warning). When the facts cannot tell the processes
+    (a loaded driver, but no process list), the restart is deferred too. O(policy=always) restarts every due engine.
+    O(policy=never) restarts none and reports each due engine as needing a restart.
+author:
+  - gpuhost.nvidia developers (@gpuhost)
+attributes:
+  check_mode:
+    support: full
+    description: The module only reads, so check mode returns the same plan.
+  diff_mode:
+    support: none
+    description: The module changes nothing.
+  platform:
+    support: full
+    platforms: posix
+    description: Linux hosts with systemd.
+options:
+  engines:
+    description: The engines to judge.
+    type: list
+    elements: dict
+    required: true
+    suboptions:
+      name:
+        description: The engine; its unit is C(docker.service), C(containerd.service) or C(crio.service).
+        type: str
+        required: true
+        choices: [docker, containerd, crio]
+      changed:
+        description: Whether this run changed (or in check mode would change) the engine's configuration.
+        type: bool
+        default: false
+      files:
+        description: The engine's configuration files the caller manages; the newest one is compared with the start of
+          the engine's main process. Missing files are skipped.
+        type: list
+        elements: path
+        default: []
+  policy:
+    description: When to restart a due engine, see the description.
+    type: str
+    choices: [if_idle, always, never]
+    default: if_idle
+  gpu_facts:
+    description:
+      - The GPU facts, C(ansible_facts.nvidia_gpu) gathered with C(gather=[processes]). Only read with O(policy=if_idle).
+      - Null, or facts whose GPUs carry no process list while the nvidia module is loaded, defer every due restart
+        under O(policy=if_idle).
+    type: dict
+  docker_daemon_json:
+    description: Docker's C(daemon.json), read for C(live-restore). A missing or unreadable file means live-restore off.
+    type: path
+    default: /etc/docker/daemon.json
+  proc_root:
+    description: Where C(/proc) is, for tests.
+    type: path
+    default: /proc
+seealso:
+  - module: gpuhost.nvidia.nvidia_container_runtime
+  - module: gpuhost.nvidia.nvidia_gpu_facts
+  - name: Docker live restore
+    description: With live-restore, containers keep running while dockerd restarts.
+    link: https://docs.docker.com/engine/daemon/live-restore/
+"""
+
+EXAMPLES = r"""
+- name: Gather the GPU processes
+  gpuhost.nvidia.nvidia_gpu_facts:
+    gather: [processes]
+
+- name: Decide whether docker may restart now
+  gpuhost.nvidia.nvidia_container_restart_plan:
+    engines:
+      - name: docker
+        changed: true
+        files: [/etc/docker/daemon.json]
+    gpu_facts: "{{ ansible_facts.nvidia_gpu }}"
+  register: plan
+
+- name: Restart what may restart
+  ansible.builtin.systemd_service:
+    name: "{{ item }}"
+    state: restarted
+  loop: "{{ plan.restart }}"
+"""
+
+RETURN = r"""
+restart:
+  description: The units to restart now.
+  returned: success
+  type: list
+  elements: str
+  sample: [containerd.service]
+pending:
+  description: The due units not restarted, deferred by O(policy=if_idle) or reported by O(policy=never).
+  returned: success
+  type: list
+  elements: str
+  sample: [docker.service]
+messages:
+  description: One sentence per pending unit, saying why and what to do (also given as warnings).
+  returned: success
+  type: list
+  elements: str
+  sample: ["docker.service restart pending (restart policy if_idle): ..."]
+engines:
+  description: Per engine, what was found and decided.
+  returned: success
+  type: list
+  elements: dict
+  contains:
+    name:
+      description: The engine.
+      returned: success
+      type: str
+      sample: docker
+    unit:
+      description: Its systemd unit.
+      returned: success
+      type: str
+      sample: docker.service
+    active:
+      description: Whether the unit is active.
+      returned: success
+      type: bool
+      sample: true
+    due:
+      description: Whether it runs and its configuration is newer than it, or changed in this run.
+      returned: success
+      type: bool
+      sample: true
+    action:
+      description: V(restart), V(pending) (O(policy=if_idle) while GPU containers run), V(needed) (O(policy=never)) or V(none).
+      returned: success
+      type: str
+      sample: pending
+    reason:
+      description: Why, in words.
+      returned: success
+      type: str
+      sample: "its configuration changed in this run, but containers it would stop use the GPUs: ..."
+    containers:
+      description: The GPU containers a restart would stop, one line each.
+      returned: success
+      type: list
+      elements: str
+      sample: ["docker container 0123456789ab (python3, pid 4242, GPU 0)"]
+    live_restore:
+      description: For V(docker), whether C(live-restore) is on; null for the other engines.
+      returned: success
+      type: bool
+      sample: false
+gpu_containers:
+  description: Every GPU process that runs in a container.
+  returned: success
+  type: list
+  elements: dict
+  sample: [{engine: docker, id: 0123456789abcdef..., pid: 4242, name: python3, gpu: 0, cgroup: /system.slice/docker-0123....scope}]
+"""
+
+import json
+import os
+import time
+import typing as t
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _engine_restart
+
+_PROPERTIES = "Id,ActiveState,ExecMainStartTimestampMonotonic,ActiveEnterTimestampMonotonic"
+
+
+def read_text(path: str) -> str | None:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(1 << 20).decode("utf-8", "replace")
+    except OSError:
+        return None
+
+
+def live_restore(path: str) -> bool:
+    text = read_text(path)
+    try:
+        data = json.loads(text) if text else {}
+    except ValueError:
+        return False
+    return isinstance(data, dict) and data.get("live-restore") is True
+
+
+def newest_mtime(files: list[str]) -> float | None:
+    times = []
+    for path in files:
+        try:
+            times.append(os.stat(path).st_mtime)
+        except OSError:
+            continue
+    return max(times) if times else None
+
+
+def systemctl_path(module: AnsibleModule) -> str | None:
+    return module.get_bin_path("systemctl")
+
+
+def unit_states(module: AnsibleModule, units: list[str]) -> dict[str, dict[str, str]]:
+    systemctl = systemctl_path(module)
+    if not systemctl:
+        module.warn("systemctl was not found, so no container engine counts as running and none is restarted.")
+        return {}
+    rc, out, err = module.run_command([systemctl, "show", "--property=" + _PROPERTIES] + units,
+                                      environ_update={"LC_ALL": "C", "LANGUAGE": "C"})
+    if rc != 0:
+        module.fail_json(msg="systemctl show %s failed (rc %s): %s" % (" ".join(units), rc, (err or out).strip()[:500]))
+    return _engine_restart.parse_systemctl_show(out)
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec=dict(
+            engines=dict(type="list", elements="dict", required=True, options=dict(
+                name=dict(type="str", required=True, choices=list(_engine_restart.ENGINES)),
+                changed=dict(type="bool", default=False),
+                files=dict(type="list", elements="path", default=[]),
+            )),
+            policy=dict(type="str", choices=list(_engine_restart.POLICIES), default="if_idle"),
+            gpu_facts=dict(type="dict"),
+            docker_daemon_json=dict(type="path", default="/etc/docker/daemon.json"),
+            proc_root=dict(type="path", default="/proc"),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    units = [_engine_restart.ENGINES[e["name"]] for e in p["engines"]]
+    states = unit_states(module, units) if units else {}
+    now_real, now_monotonic = time.time(), time.monotonic()
+    engines = []
+    for engine, unit in zip(p["engines"], units):
+        state = states.get(unit, {})
+        engines.append({
+            "name": engine["name"], "unit": unit, "active": state.get("ActiveState") == "active",
+            "changed": engine["changed"], "newest": newest_mtime(engine["files"]),
+            "started": _engine_restart.start_time(state, now_real, now_monotonic),
+        })
+
+    containers: list[dict[str, t.Any]] = []
+    unknown = None
+    if p["policy"] == "if_idle":
+        processes, unknown = _engine_restart.gpu_processes(p["gpu_facts"])
+        for proc in processes:
+            found = _engine_restart.container_of(read_text(os.path.join(p["proc_root"], str(proc["pid"]), "cgroup")) or "")
+            if found:
+                containers.append(dict(found, pid=proc["pid"], name=proc["name"], gpu=proc["gpu"]))
+    docker_live_restore = any(e["name"] == "docker" for e in engines) and live_restore(p["docker_daemon_json"])
+    result = _engine_restart.plan(p["policy"], engines, containers, unknown, docker_live_restore)
+    for message in result["messages"]:
+        module.warn(message)
+    module.exit_json(changed=False, gpu_containers=containers, **result)
+
+
+if __name__ == "__main__":
+    main()
