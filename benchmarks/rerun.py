@@ -14,7 +14,10 @@ the way users connect: SSH with pipelining and ControlPersist. The site scenario
 Steps: ``ping``, ``setup`` (median of N), ``nvidia_gpu_facts``, the first converge of site.yml, the second run (a full
 run that confirms the records the first wrote), the converged re-run (fast path), the re-run with
 ``gpuhost_fast_path=false`` (every role's full path; it removes the records, so it comes last). Each time is printed
-as a multiple of ``setup``'s median. Needs podman, the test image (``make images``) and the
+as a multiple of ``setup``'s median. Then *raw apt*: a second fresh host from the same image gets the converged host's
+apt sources, keyrings and preferences, and ``apt-get update`` plus one ``apt-get install`` of every package the first
+converge installed (the dpkg list before and after it), timed inside the container; the first converge is printed as a
+multiple of that too. Needs podman, the test image (``make images``) and the
 test repositories (``make repos`` or any Molecule run).
 """
 
@@ -39,8 +42,8 @@ NAME = "gpuhost-rerun-bench"
 IMAGE = "localhost/gpuhost-debian12:latest"
 
 
-def run(argv: list[str], **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run(argv, check=True, text=True, capture_output=True, **kwargs)
+def run(argv: list[str], text: bool = True, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, check=True, text=text, capture_output=True, **kwargs)
 
 
 def timed(argv: list[str], env: dict[str, str]) -> tuple[float, str]:
@@ -57,8 +60,38 @@ def recap(output: str) -> str:
     return "%s tasks ok, %s changed" % match.groups() if match else ""
 
 
+PODMAN_ENV = dict(os.environ, CONTAINERS_CONF=str(REPO / "tests" / "hosts" / "containers.conf"))
+DPKG_LIST = ["dpkg-query", "-W", "-f=${db:Status-Abbrev} ${Package}\\n"]
+
+
+def installed(name: str) -> set[str]:
+    """The packages dpkg lists as installed in container ``name``."""
+    out = run(["podman", "exec", name] + DPKG_LIST, env=PODMAN_ENV).stdout
+    return {line.split()[1] for line in out.splitlines() if line.startswith("ii")}
+
+
+def raw_apt(packages: list[str]) -> float:
+    """apt-get update and one apt-get install of ``packages`` on a fresh host with the converged host's apt sources."""
+    raw = NAME + "-raw"
+    subprocess.run(["podman", "rm", "-f", raw], env=PODMAN_ENV, capture_output=True, check=False)
+    repos = REPO / ".cache" / "repos" / "current"
+    run(["podman", "run", "-d", "--name", raw, "--systemd=always", "-v", "%s:/srv/gpuhost-repos:ro" % repos.resolve(),
+         IMAGE, "/sbin/init"], env=PODMAN_ENV)
+    try:
+        config = run(["podman", "exec", NAME, "tar", "-C", "/", "-c", "etc/apt/sources.list.d", "etc/apt/keyrings",
+                      "etc/apt/preferences.d", "etc/apt/trusted.gpg.d", "usr/share/keyrings"], env=PODMAN_ENV, text=False).stdout
+        subprocess.run(["podman", "exec", "-i", raw, "tar", "-C", "/", "-x"], input=config, env=PODMAN_ENV, check=True, capture_output=True)
+        script = ("until systemctl is-system-running --wait >/dev/null 2>&1 || [ $? -ne 1 ]; do sleep 1; done; start=$(date +%s.%N); "
+                  "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \"$@\" >/dev/null"
+                  " && echo \"$start $(date +%s.%N)\"")
+        start, end = run(["podman", "exec", raw, "bash", "-c", script, "raw"] + packages, env=PODMAN_ENV).stdout.split()[-2:]
+        return float(end) - float(start)
+    finally:
+        subprocess.run(["podman", "rm", "-f", raw], env=PODMAN_ENV, capture_output=True, check=False)
+
+
 def start_host(work: Path, port: int) -> None:
-    env = dict(os.environ, CONTAINERS_CONF=str(REPO / "tests" / "hosts" / "containers.conf"))
+    env = PODMAN_ENV
     subprocess.run(["podman", "rm", "-f", NAME], env=env, capture_output=True, check=False)
     repos = REPO / ".cache" / "repos" / "current"
     run(["podman", "run", "-d", "--name", NAME, "--systemd=always", "-p", "127.0.0.1:%d:22" % port,
@@ -110,20 +143,27 @@ def main() -> None:
         setup = statistics.median(setups)
         rows.append(("setup (median of %d)" % args.runs, setup, ""))
         rows.append(("nvidia_gpu_facts", timed(adhoc + ["gpuhost.nvidia.nvidia_gpu_facts"], env)[0], ""))
+        before = installed(NAME)
+        new_packages: list[str] = []
         for label, extra in [("first converge of site.yml", []), ("second run (full path, confirms the records)", []),
                              ("converged re-run (fast path)", []),
                              # Last: with the fast path off the roles remove their records (4 changed).
                              ("re-run, gpuhost_fast_path=false (full path)", ["-e", "gpuhost_fast_path=false"])]:
             elapsed, out = timed(play + extra, env)
             rows.append((label, elapsed, recap(out)))
+            if not new_packages:
+                new_packages = sorted(installed(NAME) - before)
+        first = rows[3][1]
+        apt_time = raw_apt(new_packages)
+        rows.append(("raw apt-get update + install (%d packages)" % len(new_packages), apt_time,
+                     "first converge = %.1fx raw apt" % (first / apt_time)))
         print("one Debian 12 systemd host over SSH (pipelining, ControlPersist), %s" % time.strftime("%Y-%m-%d %H:%M"))
         for label, elapsed, note in rows:
             print("%-46s %6.1f s  %5.1fx setup  %s" % (label, elapsed, elapsed / setup, note))
         print(json.dumps({label: round(elapsed, 2) for label, elapsed, _note in rows}))
     finally:
         if not args.keep:
-            subprocess.run(["podman", "rm", "-f", NAME], capture_output=True, check=False,
-                           env=dict(os.environ, CONTAINERS_CONF=str(REPO / "tests" / "hosts" / "containers.conf")))
+            subprocess.run(["podman", "rm", "-f", NAME], capture_output=True, check=False, env=PODMAN_ENV)
         shutil.rmtree(work, ignore_errors=True)
 
 
