@@ -215,3 +215,10 @@ def test_module_config_newer_than_the_engine_is_due(run_module, fake_host):
     os.utime(fake_host["daemon"], None)  # written now, after the engine started
     args = module_args(fake_host, engines=[{"name": "docker", "files": [str(fake_host["daemon"])]}], policy="always")
     assert run_module(nvidia_container_restart_plan, args)["restart"] == ["docker.service"]
+
+
+def test_module_without_systemd_restarts_nothing_and_says_why(run_module, fake_host, monkeypatch):
+    monkeypatch.setattr(nvidia_container_restart_plan.AnsibleModule, "run_command",
+                        lambda self, args, **kwargs: (1, "", "System has not been booted with systemd"))
+    result = run_module(nvidia_container_restart_plan, module_args(fake_host, policy="always"))
+    assert not result.get("failed") and result["restart"] == [] and result["engines"][0]["active"] is False
