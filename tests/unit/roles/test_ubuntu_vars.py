@@ -97,6 +97,37 @@ def test_gpu_settings_ubuntu_userland_is_ubuntus_not_debians() -> None:
     assert values["__gpu_settings_bindings"] == []
 
 
+def test_gpu_settings_knows_ubuntus_persistenced_unit_is_static_and_debians_is_not() -> None:
+    """Ubuntu's unit has no [Install] (docs/sources.md): the role neither enables it nor reports it enabled."""
+    default = yaml.safe_load((ROLES / "gpu_settings" / "vars" / "main.yml").read_text(encoding="utf-8"))
+    ubuntu = yaml.safe_load((ROLES / "gpu_settings" / "vars" / "Ubuntu.yml").read_text(encoding="utf-8"))
+    debian = yaml.safe_load((ROLES / "gpu_settings" / "vars" / "Debian.yml").read_text(encoding="utf-8"))
+    assert (default["__gpu_settings_persistenced_static"], ubuntu["__gpu_settings_persistenced_static"]) == (False, True)
+    assert "__gpu_settings_persistenced_static" not in debian
+    # Installing a static unit enables nothing: Ubuntu does not inherit Debian's deb-systemd-helper prediction.
+    assert "__gpu_settings_persistenced_enabled_on_install" not in ubuntu and default["__gpu_settings_persistenced_enabled_on_install"] is False
+
+
+def _absent_packages(installed: list[str]) -> list[str]:
+    """nvidia_driver's absent package list (the vars of its "Remove what the role added" task) on Ubuntu 24.04."""
+    tasks = yaml.safe_load((ROLES / "nvidia_driver" / "tasks" / "main.yml").read_text(encoding="utf-8"))
+    absent_vars = next(task["vars"] for task in tasks if task.get("name") == "Remove what the role added")
+    host = _ubuntu_host("ubuntu2404", "6.8.0-1031-azure")
+    variables = {**host.variables, **{k: trust_as_template(v) if isinstance(v, str) else v for k, v in absent_vars.items()},
+                 "ansible_facts": {**host.facts, "packages": {name: [{"version": "1"}] for name in installed}}}
+    return Templar(loader=DataLoader(), variables=variables).template(variables["__nvidia_driver_absent_packages"])
+
+
+def test_ubuntu_absent_removes_the_signed_modules_signatures_and_objects_by_prefix() -> None:
+    signed = ["linux-modules-nvidia-580-server-open-azure", "linux-modules-nvidia-580-server-open-6.8.0-1031-azure",
+              "linux-signatures-nvidia-6.8.0-1031-azure", "linux-objects-nvidia-580-server-open-6.8.0-1031-azure",
+              # an older kernel's, left by a kernel update
+              "linux-signatures-nvidia-6.8.0-1030-azure", "linux-objects-nvidia-580-server-open-6.8.0-1030-azure"]
+    userland = ["nvidia-utils-580-server", "libnvidia-compute-580-server", "nvidia-kernel-common-580-server", "nvidia-compute-utils-580-server"]
+    others = ["linux-image-6.8.0-1031-azure", "linux-modules-6.8.0-1031-azure", "nvidia-container-toolkit", "libnvidia-container1"]
+    assert _absent_packages(signed + userland + others) == sorted(signed + userland)
+
+
 def _ubuntu_host(release: str, kernel: str) -> Host:
     """The driver role's variables on an Ubuntu host running ``kernel`` (registered under its own key)."""
     key = "%s/%s" % (release, kernel)
