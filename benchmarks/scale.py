@@ -111,20 +111,21 @@ def main() -> None:
     rows = []
     try:
         inv = inventory(work, names)
+        print("site.yml, Debian 12 containers, forks %d, strategy linear, %d CPUs, %s" % (args.forks, os.cpu_count() or 0,
+                                                                                       time.strftime("%Y-%m-%d %H:%M")))
+        print("%-36s %5s %8s %8s %8s %8s %10s %12s" % ("run", "hosts", "wall s", "cpu s", "results", "changed", "cpu/host s", "cpu/task ms"),
+              flush=True)
         for size in args.sizes:
             # Each size starts from fresh hosts.
             start_hosts(names[:size])
-            rows.append(dict(play(inv, names[:size], args.forks, check=True), run="check mode, fresh hosts (full path)"))
+            runs = [("check mode, fresh hosts (full path)", True)]
             if size in args.converge:
-                rows.append(dict(play(inv, names[:size], args.forks, check=False), run="first converge"))
-                rows.append(dict(play(inv, names[:size], args.forks, check=False), run="second run (full path, confirms)"))
-                rows.append(dict(play(inv, names[:size], args.forks, check=False), run="converged re-run (fast path)"))
-        print("site.yml, Debian 12 containers, forks %d, strategy linear, %d CPUs, %s" % (args.forks, os.cpu_count() or 0,
-                                                                                       time.strftime("%Y-%m-%d %H:%M")))
-        print("%-36s %5s %8s %8s %8s %8s %10s %12s" % ("run", "hosts", "wall s", "cpu s", "results", "changed", "cpu/host s", "cpu/task ms"))
-        for row in rows:
-            print("%-36s %5d %8.1f %8.1f %8d %8d %10.2f %12.1f" % (row["run"], row["hosts"], row["wall_s"], row["cpu_s"], row["task_results"],
-                                                                 row["changed"], row["cpu_per_host_s"], row["cpu_per_task_ms"]))
+                runs += [("first converge", False), ("second run (full path, confirms)", False), ("converged re-run (fast path)", False)]
+            for label, check in runs:
+                row = dict(play(inv, names[:size], args.forks, check=check), run=label)
+                rows.append(row)
+                print("%-36s %5d %8.1f %8.1f %8d %8d %10.2f %12.1f" % (row["run"], row["hosts"], row["wall_s"], row["cpu_s"], row["task_results"],
+                                                                     row["changed"], row["cpu_per_host_s"], row["cpu_per_task_ms"]), flush=True)
         print(json.dumps(rows))
     finally:
         if not args.keep:
