@@ -1,7 +1,8 @@
 """Verify playbooks/site.yml on the emulated Ubuntu 24.04 and 22.04 hosts (#24): the package names and versions each
 source installed from the stub repositories (Ubuntu's archive, NVIDIA's CUDA ubuntu2204 repository), the pin, the
-repository, Fabric Manager, the persistence daemon's drop-in over Ubuntu's unit, and the bad request that must fail
-before any change.
+repository, Fabric Manager chosen from the NVSwitches in the facts, the persistence daemon's drop-in over Ubuntu's
+static unit (and the report saying static), vfio_passthrough with Ubuntu's GRUB files, the exporter, and the bad
+request that must fail before any change. test_ubuntu_removal.py (collected after this module) then removes the driver.
 
 The versions are the stubs' (tests/repos/packages.yml), which are the real packages' versions (docs/sources.md).
 No GPU and no loadable module exist in the containers: units are checked as installed and enabled, not running.
@@ -10,6 +11,7 @@ No GPU and no loadable module exist in the containers: units are checked as inst
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -114,12 +116,20 @@ def test_the_repository_is_the_sources(host, family):
         assert "Signed-By: /etc/apt/keyrings/gpuhost-nvidia-cuda.gpg" in repo.content_string
 
 
+def _summary(family: str) -> str:
+    return (SUMMARIES / f"gpuhost-{family}-ubuntu.txt").read_text(encoding="utf-8")
+
+
 def test_fabric_manager_only_on_the_nvswitch_host(host, family):
     unit = host.service("nvidia-fabricmanager")
     if family == "ubuntu2204":
         assert unit.is_enabled
+        # chosen by detection: the inventory leaves nvidia_driver_fabric_manager at auto, the facts count two NVSwitches
+        assert "nvidia_driver: Fabric Manager installed and enabled (2 NVSwitches)" in _summary(family)
+        assert "0000:18:00.0" in _summary(family), _summary(family)  # the synthetic H100 SXM the facts read
     else:
         assert not host.file("/usr/lib/systemd/system/nvidia-fabricmanager.service").exists
+        assert "Fabric Manager" not in _summary(family)
 
 
 def test_persistenced_runs_with_persistence_mode_over_ubuntus_static_unit(host):
@@ -130,6 +140,39 @@ def test_persistenced_runs_with_persistence_mode_over_ubuntus_static_unit(host):
     assert "ExecStart=/usr/bin/nvidia-persistenced --user nvidia-persistenced --persistence-mode --verbose" in dropin
     shown = host.check_output("systemctl show -p ExecStart --value nvidia-persistenced.service")
     assert "--persistence-mode" in shown and "--no-persistence-mode" not in shown
+
+
+def test_gpu_settings_reports_the_unit_as_static_not_enabled(family):
+    lines = [line for line in _summary(family).splitlines() if "gpu_settings: nvidia-persistenced.service" in line]
+    assert len(lines) == 1, _summary(family)
+    assert "gpu_settings: nvidia-persistenced.service static (no [Install] section" in lines[0], lines[0]
+    assert "enabled with" not in lines[0]
+
+
+def test_vfio_passthrough_with_ubuntus_grub_files(host, family):
+    if family != "ubuntu2404":
+        assert not host.file("/etc/modprobe.d/gpuhost-vfio.conf").exists
+        return
+    args = "intel_iommu=on iommu=pt vfio-pci.ids=10de:1aef,10de:2204"
+    grub = host.file("/etc/default/grub").content_string
+    assert re.findall(r'^GRUB_CMDLINE_LINUX="(.*)"$', grub, re.M) == [args]
+    assert 'GRUB_CMDLINE_LINUX_DEFAULT="quiet splash"' in grub
+    # The real update-grub sourced the cloud image's grub.d file after /etc/default/grub: its default command line
+    # replaced "quiet splash", and the passthrough arguments (GRUB_CMDLINE_LINUX) are in every Linux entry beside it.
+    linux_lines = [line.strip() for line in host.file("/boot/grub/grub.cfg").content_string.splitlines()
+                   if line.strip().startswith("linux\t") and "6.8.0-1031-azure" in line]
+    assert len(linux_lines) >= 2, linux_lines
+    assert all(f" {args}" in line and line.count("iommu=pt") == 1 for line in linux_lines), linux_lines
+    assert any("console=tty1 console=ttyS0 earlyprintk=ttyS0" in line and "splash" not in line for line in linux_lines), linux_lines
+    modprobe = [line for line in host.file("/etc/modprobe.d/gpuhost-vfio.conf").content_string.splitlines() if line and not line.startswith("#")]
+    assert modprobe == ["options vfio-pci ids=10de:1aef,10de:2204", "softdep nvidia pre: vfio-pci", "softdep nouveau pre: vfio-pci"]
+    assert not host.file("/usr/local/libexec/gpuhost/vfio-pci-override").exists
+    assert host.file("/etc/initramfs-tools/hooks/gpuhost-vfio").mode == 0o755
+
+
+def test_the_exporter_runs(host):
+    unit = host.service("gpuhost-gpu-exporter")
+    assert unit.is_enabled and unit.is_running
 
 
 def test_compose_override_written(host):
