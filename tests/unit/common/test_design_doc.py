@@ -41,3 +41,11 @@ def test_state_records_are_the_modules_defaults():
 def test_readme_points_at_the_design():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert "docs/design.md" in readme and "DESIGN.md" not in readme
+
+
+def test_one_test_layout():
+    """Feature folders only: no tests/unit/plugins mirror beside them."""
+    unit = ROOT / "tests" / "unit"
+    assert not (unit / "plugins").exists()
+    for folder in sorted(p.name for p in unit.iterdir() if p.is_dir() and any(p.glob("test_*.py"))):
+        assert "%s/" % folder in _section("Layout"), folder

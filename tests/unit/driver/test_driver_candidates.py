@@ -43,7 +43,7 @@ def test_nothing_offered():
     assert _driver.check_candidate({"branch": None}, ["(none)"], {}) != []
 
 
-# The key fingerprint helpers moved to module_utils/_gpg.py: tests/unit/plugins/module_utils/test_gpg.py.
+# The key fingerprint helpers moved to module_utils/_gpg.py: tests/unit/repository/test_gpg.py.
 
 
 def test_filter_plugin_exposes_the_filters_and_accepts_ansible_facts():
