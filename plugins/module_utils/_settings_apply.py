@@ -22,7 +22,7 @@ import re
 import typing as t
 import xml.etree.ElementTree as ET
 
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _files, _nvml, _pci, _settings, _smi
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _nvml, _pci, _settings, _smi
 from ansible_collections.gpuhost.nvidia.plugins.module_utils._common import (
     STATE_DRIVER_NOT_LOADED,
     STATE_ERROR,
@@ -48,24 +48,6 @@ class ApplyError(Exception):
     def __init__(self, message: str, done: list[str]):
         super().__init__(message)
         self.done = done
-
-
-# -- the locked clocks record ---------------------------------------------------------------------------------
-def load_record(path: str) -> dict[str, t.Any]:
-    """Locked clocks applied by this collection, by GPU UUID. A missing file, or one that is not a JSON object, is an
-    empty record. Raises _files.FileError (naming state_path) for a path that is not a regular file."""
-    raw = _files.read_bytes(path, "state_path")
-    if raw is None:
-        return {}
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except ValueError:
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def record_text(record: t.Mapping[str, t.Any]) -> str:
-    return json.dumps(record, indent=2, sort_keys=True) + "\n"
 
 
 # -- reading --------------------------------------------------------------------------------------------------

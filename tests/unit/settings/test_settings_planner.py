@@ -161,15 +161,6 @@ def test_clocks_missing_from_xml_are_none():
     assert _settings_apply.smi_clock_extras("not xml") == []
 
 
-def test_record_round_trip(tmp_path):
-    path = tmp_path / "record.json"
-    assert _settings_apply.load_record(str(path)) == {}
-    path.write_text(_settings_apply.record_text({"GPU-1": {"min_mhz": 1, "max_mhz": 2}}), encoding="utf-8")
-    assert _settings_apply.load_record(str(path)) == {"GPU-1": {"min_mhz": 1, "max_mhz": 2}}
-    path.write_text("[1, 2]", encoding="utf-8")
-    assert _settings_apply.load_record(str(path)) == {}
-
-
 # -- the boot-time script -------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def boot() -> t.Any:
