@@ -16,7 +16,7 @@ PREFIX = "gpuhost-upgrade-"
 # case: (from, to, packages that must be at `to`)
 MOVES = {
     "debian12": ("580.159.04", "580.126.20", ["nvidia-kernel-open-dkms", "nvidia-driver-cuda", "nvidia-smi", "nvidia-persistenced"]),
-    "rocky9": ("570.172.08", "580.65.06", ["nvidia-driver", "kmod-nvidia-open-dkms", "nvidia-driver-cuda", "nvidia-persistenced", "nvidia-fabricmanager"]),
+    "rocky9": ("570.172.08", "580.65.06", ["nvidia-driver", "kmod-nvidia-open-dkms", "nvidia-persistenced", "nvidia-fabricmanager"]),
     "rocky10": ("580.65.06", "595.71.05", ["nvidia-driver", "kmod-nvidia-open-dkms", "nvidia-persistenced"]),
     "arch": ("580.76.05", "590.48.01", ["nvidia-utils", "nvidia-open-dkms"]),
 }
