@@ -111,8 +111,8 @@ def main() -> None:
     rows = []
     try:
         inv = inventory(work, names)
-        print("site.yml, Debian 12 containers, forks %d, strategy linear, %d CPUs, %s" % (args.forks, os.cpu_count() or 0,
-                                                                                       time.strftime("%Y-%m-%d %H:%M")))
+        print("site.yml, Debian 12 containers, forks %d, strategy linear, %d CPUs, %s"
+              % (args.forks, os.cpu_count() or 0, time.strftime("%Y-%m-%d %H:%M")))
         print("%-36s %5s %8s %8s %8s %8s %10s %12s" % ("run", "hosts", "wall s", "cpu s", "results", "changed", "cpu/host s", "cpu/task ms"),
               flush=True)
         for size in args.sizes:
@@ -124,8 +124,9 @@ def main() -> None:
             for label, check in runs:
                 row = dict(play(inv, names[:size], args.forks, check=check), run=label)
                 rows.append(row)
-                print("%-36s %5d %8.1f %8.1f %8d %8d %10.2f %12.1f" % (row["run"], row["hosts"], row["wall_s"], row["cpu_s"], row["task_results"],
-                                                                     row["changed"], row["cpu_per_host_s"], row["cpu_per_task_ms"]), flush=True)
+                print("%-36s %5d %8.1f %8.1f %8d %8d %10.2f %12.1f"
+                      % (row["run"], row["hosts"], row["wall_s"], row["cpu_s"], row["task_results"], row["changed"],
+                         row["cpu_per_host_s"], row["cpu_per_task_ms"]), flush=True)
         print(json.dumps(rows))
     finally:
         if not args.keep:

@@ -834,8 +834,9 @@ def plan_lockstep(
     Fabric Manager is wanted when the plan says so; NSCQ only where some libnvidia-nscq package is installed (DCGM and
     nvidia-smi read NVSwitches through it). Both are asked for at the driver's version (``move.to``) and held with the
     driver's pin. An installed package of another branch is removed: names that carry the branch (nvidia-fabricmanager-570,
-    libnvidia-nscq-570) and EL's renamed Fabric Manager (nvidia-fabric-manager to 575, nvidia-fabricmanager from 580). NVLSM's versions do not follow the driver's: it is installed (and moves with the package manager's
-    upgrades), never pinned to the driver's version.
+    libnvidia-nscq-570) and EL's renamed Fabric Manager (nvidia-fabric-manager to 575, nvidia-fabricmanager from 580).
+    NVLSM's versions do not follow the driver's: it is installed (and moves with the package manager's upgrades), never
+    pinned to the driver's version.
 
     Returns ``install`` (specs), ``remove`` (names), ``hold`` (names for the pin) and ``names`` (the wanted names).
     """
