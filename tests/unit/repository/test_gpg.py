@@ -19,18 +19,6 @@ pytestmark = pytest.mark.skipif(gpg_keys.GPG is None, reason=gpg_keys.MISSING)
 CUDA = "EB693B3035CD5710E231E123A4B469963BF863CC"
 
 
-@pytest.fixture(scope="module")
-def keys(tmp_path_factory):
-    """Two ed25519 keys with an encryption subkey, and an RSA key without one, each from its own gpg home."""
-    base = tmp_path_factory.mktemp("gpg")
-    return {
-        "pinned": gpg_keys.make_key(base / "pinned", "pinned test key <pinned@gpuhost.invalid>"),
-        "rogue": gpg_keys.make_key(base / "rogue", "rogue test key <rogue@gpuhost.invalid>"),
-        "rsa": gpg_keys.make_key(base / "rsa", "rsa test key <rsa@gpuhost.invalid>", algo="rsa2048", subkey=None),
-        "home": base / "reader",
-    }
-
-
 @pytest.mark.parametrize("text", [
     "EB693B3035CD5710E231E123A4B469963BF863CC",
     "eb693b3035cd5710e231e123a4b469963bf863cc",

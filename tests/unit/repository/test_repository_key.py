@@ -22,16 +22,6 @@ from ansible_collections.gpuhost.nvidia.plugins.modules import repository_key
 pytestmark = pytest.mark.skipif(gpg_keys.GPG is None, reason=gpg_keys.MISSING)
 
 
-@pytest.fixture(scope="module")
-def keys(tmp_path_factory):
-    base = tmp_path_factory.mktemp("gpg")
-    return {
-        "pinned": gpg_keys.make_key(base / "pinned", "pinned test key <pinned@gpuhost.invalid>"),
-        "rogue": gpg_keys.make_key(base / "rogue", "rogue test key <rogue@gpuhost.invalid>"),
-        "home": base / "reader",
-    }
-
-
 @pytest.fixture
 def repo(tmp_path, keys):
     """A mirror directory with the pinned key, the rogue key and a tampered copy of the pinned key."""

@@ -1,0 +1,23 @@
+# Copyright (c) gpuhost.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The test keys the repository tests share."""
+
+from __future__ import annotations
+
+import pytest
+
+import gpg_keys
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory):
+    """Two ed25519 keys with an encryption subkey, and an RSA key without one, each from its own gpg home."""
+    base = tmp_path_factory.mktemp("gpg")
+    return {
+        "pinned": gpg_keys.make_key(base / "pinned", "pinned test key <pinned@gpuhost.invalid>"),
+        "rogue": gpg_keys.make_key(base / "rogue", "rogue test key <rogue@gpuhost.invalid>"),
+        "rsa": gpg_keys.make_key(base / "rsa", "rsa test key <rsa@gpuhost.invalid>", algo="rsa2048", subkey=None),
+        "home": base / "reader",
+    }
