@@ -149,23 +149,33 @@ def test_gpu_settings_reports_the_unit_as_static_not_enabled(family):
     assert "enabled with" not in lines[0]
 
 
+VFIO = {
+    # a cloud image (Azure, Intel): the grub.d file's default command line replaces "quiet splash"
+    "ubuntu2404": {"args": "intel_iommu=on iommu=pt vfio-pci.ids=10de:1aef,10de:2204", "kernel": "6.8.0-1031-azure",
+                   "default": "console=tty1 console=ttyS0 earlyprintk=ttyS0", "ids": "10de:1aef,10de:2204"},
+    # a bare-metal AMD server with Ubuntu 22.04's stock /etc/default/grub: "quiet splash" stays the default
+    "ubuntu2204": {"args": "amd_iommu=on iommu=pt vfio-pci.ids=10de:2236", "kernel": "5.15.0-126-generic",
+                   "default": "quiet splash", "ids": "10de:2236"},
+}
+
+
 def test_vfio_passthrough_with_ubuntus_grub_files(host, family):
-    if family != "ubuntu2404":
-        assert not host.file("/etc/modprobe.d/gpuhost-vfio.conf").exists
-        return
-    args = "intel_iommu=on iommu=pt vfio-pci.ids=10de:1aef,10de:2204"
+    want = VFIO[family]
+    args = want["args"]
     grub = host.file("/etc/default/grub").content_string
     assert re.findall(r'^GRUB_CMDLINE_LINUX="(.*)"$', grub, re.M) == [args]
     assert 'GRUB_CMDLINE_LINUX_DEFAULT="quiet splash"' in grub
-    # The real update-grub sourced the cloud image's grub.d file after /etc/default/grub: its default command line
-    # replaced "quiet splash", and the passthrough arguments (GRUB_CMDLINE_LINUX) are in every Linux entry beside it.
+    # The real update-grub sourced /etc/default/grub (and on the cloud image its grub.d file after it): the passthrough
+    # arguments (GRUB_CMDLINE_LINUX) are in every Linux entry of the kernel, beside the default command line.
     linux_lines = [line.strip() for line in host.file("/boot/grub/grub.cfg").content_string.splitlines()
-                   if line.strip().startswith("linux\t") and "6.8.0-1031-azure" in line]
+                   if line.strip().startswith("linux\t") and want["kernel"] in line]
     assert len(linux_lines) >= 2, linux_lines
     assert all(f" {args}" in line and line.count("iommu=pt") == 1 for line in linux_lines), linux_lines
-    assert any("console=tty1 console=ttyS0 earlyprintk=ttyS0" in line and "splash" not in line for line in linux_lines), linux_lines
+    assert any(want["default"] in line for line in linux_lines), linux_lines
+    if family == "ubuntu2404":
+        assert not any("splash" in line for line in linux_lines if want["default"] in line), linux_lines
     modprobe = [line for line in host.file("/etc/modprobe.d/gpuhost-vfio.conf").content_string.splitlines() if line and not line.startswith("#")]
-    assert modprobe == ["options vfio-pci ids=10de:1aef,10de:2204", "softdep nvidia pre: vfio-pci", "softdep nouveau pre: vfio-pci"]
+    assert modprobe == [f"options vfio-pci ids={want['ids']}", "softdep nvidia pre: vfio-pci", "softdep nouveau pre: vfio-pci"]
     assert not host.file("/usr/local/libexec/gpuhost/vfio-pci-override").exists
     assert host.file("/etc/initramfs-tools/hooks/gpuhost-vfio").mode == 0o755
 
