@@ -134,11 +134,6 @@ def build_record(digest: str, observed: dict[str, t.Any], outputs: dict[str, t.A
     }
 
 
-def record_text(record: dict[str, t.Any]) -> str:
-    """The record as it is written: indented JSON with sorted keys and a final newline."""
-    return json.dumps(record, indent=2, sort_keys=True, default=str) + "\n"
-
-
 def parse_record(text: str) -> tuple[dict[str, t.Any] | None, str | None]:
     """The record from its file text, or None and why it cannot be used."""
     try:

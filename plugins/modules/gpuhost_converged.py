@@ -154,7 +154,7 @@ import os
 import typing as t
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.common.text.converters import to_bytes, to_text
+from ansible.module_utils.common.text.converters import to_text
 
 from ansible_collections.gpuhost.nvidia.plugins.module_utils import _converged, _files
 
@@ -250,7 +250,7 @@ def main() -> None:
         verdict = {"converged": False, "drift": ["check mode: earlier tasks of this run would change what the record lists"]}
     changed = not verdict["converged"]
     new["confirmed"] = not changed
-    content = to_bytes(_converged.record_text(new))
+    content = _files.record_bytes(new)  # the bytes write_json_record writes
     diff = _files.make_diff(path, before, content)
     if content != before:
         try:

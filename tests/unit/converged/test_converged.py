@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _converged
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _converged, _files
 
 DIGEST = _converged.inputs_digest({"role": "nvidia_driver", "variables": {"nvidia_driver_branch": "535"}})
 OBSERVED = {
@@ -101,7 +101,7 @@ def test_no_record_or_an_unusable_one_means_a_full_run():
 
 
 def test_the_record_round_trips_and_lists_what_to_observe():
-    text = _converged.record_text(record())
+    text = _files.record_bytes(record()).decode("utf-8")
     parsed, problem = _converged.parse_record(text)
     assert problem is None and parsed == record() and text.endswith("}\n")
     assert _converged.wanted(parsed) == {
