@@ -1,0 +1,59 @@
+# Copyright (c) gpuhost.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The shared-prerequisite filters (plugins/filter/packages.py): gpuhost_ensured_packages, subtracted and added to."""
+
+from __future__ import annotations
+
+import pytest
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.gpuhost.nvidia.plugins.filter import packages
+
+
+def test_filters_are_exposed():
+    assert set(packages.FilterModule().filters()) == {"packages_to_ensure", "packages_ensured"}
+
+
+def test_nothing_ensured_keeps_every_entry_in_order_without_repeats():
+    assert packages.packages_to_ensure(["python3-yaml", "nvidia-smi", "python3-yaml"]) == ["python3-yaml", "nvidia-smi"]
+    assert packages.packages_to_ensure(["python3-yaml"], None) == ["python3-yaml"]
+    assert packages.packages_to_ensure(None, ["python3-yaml"]) == []
+    assert packages.packages_to_ensure("python3-yaml", []) == ["python3-yaml"]
+
+
+def test_ensured_bare_names_are_left_out():
+    ensured = ["nvidia-smi", "python3-yaml", "python3-dnf-plugin-versionlock"]
+    assert packages.packages_to_ensure(["python3-yaml"], ensured) == []
+    assert packages.packages_to_ensure(["nvidia-persistenced", "nvidia-smi", "python3-pynvml"], ensured) == [
+        "nvidia-persistenced", "python3-pynvml"]
+
+
+def test_an_entry_with_a_version_always_stays():
+    ensured = ["nvidia-container-toolkit", "nvidia-smi", "datacenter-gpu-manager-4-core"]
+    wanted = ["nvidia-container-toolkit=1.17.8-1", "nvidia-smi=535.*", "datacenter-gpu-manager-4-core=1:4.2.3-1",
+              "nvidia-container-toolkit-1.17.8"]
+    assert packages.packages_to_ensure(wanted, ensured) == wanted
+
+
+def test_ensured_adds_names_without_versions_and_keeps_the_earlier_ones_first():
+    assert packages.packages_ensured(None, ["python3-yaml"]) == ["python3-yaml"]
+    assert packages.packages_ensured(["nvidia-smi"], ["nvidia-smi=535.*", "python3-yaml", "python3-yaml"]) == [
+        "nvidia-smi", "python3-yaml"]
+    assert packages.packages_ensured(["a"], []) == ["a"]
+
+
+def test_what_one_role_adds_the_next_one_leaves_out():
+    ensured = packages.packages_ensured([], ["nvidia-container-toolkit=1.17.8-1", "python3-yaml"])
+    assert ensured == ["nvidia-container-toolkit", "python3-yaml"]
+    assert packages.packages_to_ensure(["python3-yaml"], ensured) == []
+    # The same role again at another version (upgrade.yml): its versioned entries are not skipped.
+    assert packages.packages_to_ensure(["nvidia-container-toolkit=1.18.0-1"], ensured) == ["nvidia-container-toolkit=1.18.0-1"]
+
+
+def test_not_a_list_is_refused():
+    with pytest.raises(AnsibleFilterError, match="expected a list of package names, got dict"):
+        packages.packages_to_ensure({"python3-yaml": True})
+    with pytest.raises(AnsibleFilterError, match="packages_ensured: expected a list"):
+        packages.packages_ensured(5, ["a"])
