@@ -9,7 +9,7 @@ One Debian 12 systemd test host (the ``localhost/gpuhost-debian12`` image of tes
 the way users connect: SSH with pipelining and ControlPersist. The site scenario's Debian variables
 (molecule/site/molecule.yml: forced driver, the toolkit from the local signed test repository) are used as inventory.
 
-    .venv/bin/python benchmarks/rerun.py [--runs 3] [--keep]
+    .venv/bin/python benchmarks/rerun.py [--runs 3] [--keep] [--profile 15] [--first-only]
 
 Steps: ``ping``, ``setup`` (median of N), ``nvidia_gpu_facts``, the first converge of site.yml, the second run (a full
 run that confirms the records the first wrote), the converged re-run (fast path), the re-run with
@@ -17,7 +17,8 @@ run that confirms the records the first wrote), the converged re-run (fast path)
 as a multiple of ``setup``'s median. Then *raw apt*: a second fresh host from the same image gets the converged host's
 apt sources, keyrings and preferences, and ``apt-get update`` plus one ``apt-get install`` of every package the first
 converge installed (the dpkg list before and after it), timed inside the container; the first converge is printed as a
-multiple of that too. Needs podman, the test image (``make images``) and the
+multiple of that too. ``--profile N`` lists the N slowest tasks of the first converge (ansible.posix.profile_tasks);
+``--first-only`` skips the runs after the first converge. Needs podman, the test image (``make images``) and the
 test repositories (``make repos`` or any Molecule run).
 """
 
@@ -127,6 +128,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3, help="setup runs for the median")
     parser.add_argument("--port", type=int, default=22922)
     parser.add_argument("--keep", action="store_true", help="leave the container running")
+    parser.add_argument("--profile", type=int, default=0, metavar="N", help="list the N slowest tasks of the first converge")
+    parser.add_argument("--first-only", action="store_true", help="only the first converge, then raw apt")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="gpuhost-rerun-"))
     bin_dir = Path(sys.executable).parent
@@ -145,14 +148,20 @@ def main() -> None:
         rows.append(("nvidia_gpu_facts", timed(adhoc + ["gpuhost.nvidia.nvidia_gpu_facts"], env)[0], ""))
         before = installed(NAME)
         new_packages: list[str] = []
-        for label, extra in [("first converge of site.yml", []), ("second run (full path, confirms the records)", []),
-                             ("converged re-run (fast path)", []),
-                             # Last: with the fast path off the roles remove their records (4 changed).
-                             ("re-run, gpuhost_fast_path=false (full path)", ["-e", "gpuhost_fast_path=false"])]:
-            elapsed, out = timed(play + extra, env)
+        profile = ""
+        steps = [("first converge of site.yml", []), ("second run (full path, confirms the records)", []),
+                 ("converged re-run (fast path)", []),
+                 # Last: with the fast path off the roles remove their records (4 changed).
+                 ("re-run, gpuhost_fast_path=false (full path)", ["-e", "gpuhost_fast_path=false"])]
+        for label, extra in steps[:1] if args.first_only else steps:
+            run_env = env
+            if args.profile and not new_packages:
+                run_env = dict(env, ANSIBLE_CALLBACKS_ENABLED="ansible.posix.profile_tasks", PROFILE_TASKS_TASK_OUTPUT_LIMIT=str(args.profile))
+            elapsed, out = timed(play + extra, run_env)
             rows.append((label, elapsed, recap(out)))
             if not new_packages:
                 new_packages = sorted(installed(NAME) - before)
+                profile = out[out.rfind("PLAY RECAP"):]
         first = rows[3][1]
         apt_time = raw_apt(new_packages)
         rows.append(("raw apt-get update + install (%d packages)" % len(new_packages), apt_time,
@@ -161,6 +170,9 @@ def main() -> None:
         for label, elapsed, note in rows:
             print("%-46s %6.1f s  %5.1fx setup  %s" % (label, elapsed, elapsed / setup, note))
         print(json.dumps({label: round(elapsed, 2) for label, elapsed, _note in rows}))
+        if args.profile:
+            print("the %d slowest tasks of the first converge (ansible.posix.profile_tasks):" % args.profile)
+            print("\n".join(line for line in profile.splitlines() if re.search(r"[0-9.]+s$", line) and "PLAY RECAP" not in line))
     finally:
         if not args.keep:
             subprocess.run(["podman", "rm", "-f", NAME], capture_output=True, check=False, env=PODMAN_ENV)
