@@ -3,7 +3,7 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 
 """Driver filters: nvidia_driver_plan, nvidia_driver_candidate_errors, nvidia_driver_packages, nvidia_driver_versionlock,
-nvidia_driver_move, nvidia_driver_package_specs, nvidia_driver_lockstep.
+nvidia_driver_move, nvidia_driver_package_specs, nvidia_driver_lockstep, nvidia_driver_lockstep_hold, nvidia_driver_dnf_versions.
 
 The key fingerprint filters are in gpg.py.
 
@@ -75,6 +75,21 @@ def nvidia_driver_lockstep(plan: t.Any, move: t.Any = None, packages: t.Any = No
     )
 
 
+def nvidia_driver_lockstep_hold(names: t.Any, version: t.Any = None) -> dict[str, t.Any]:
+    """Fabric Manager and NSCQ held at the driver's exact version: apt preferences stanzas, dnf4 and dnf5 versionlock entries."""
+    try:
+        return _driver.lockstep_hold(names, version)
+    except ValueError as exc:
+        raise AnsibleFilterError("nvidia_driver_lockstep_hold: %s" % exc) from exc
+
+
+def nvidia_driver_dnf_versions(output: t.Any, name: str = "") -> list[str]:
+    """The versions of one package in dnf4 or dnf5 ``list``/``repoquery`` output, as dnf printed them."""
+    if not name:
+        raise AnsibleFilterError("nvidia_driver_dnf_versions: name the package whose versions to read")
+    return _driver.dnf_versions(output, name)
+
+
 class FilterModule:
     def filters(self) -> dict[str, t.Callable[..., t.Any]]:
         return {
@@ -85,4 +100,6 @@ class FilterModule:
             "nvidia_driver_move": nvidia_driver_move,
             "nvidia_driver_package_specs": nvidia_driver_package_specs,
             "nvidia_driver_lockstep": nvidia_driver_lockstep,
+            "nvidia_driver_lockstep_hold": nvidia_driver_lockstep_hold,
+            "nvidia_driver_dnf_versions": nvidia_driver_dnf_versions,
         }

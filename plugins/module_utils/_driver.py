@@ -861,3 +861,98 @@ def _family(name: str) -> str:
     """One key for the names a package takes across branches: ``nvidia-fabricmanager-580``, ``nvidia-fabricmanager``
     (590 on) and EL's ``nvidia-fabric-manager`` (to 575) are all ``nvidia fabric manager``."""
     return re.sub(r"-?[0-9]{3}$", "", name).replace("-", "")
+
+
+# A hold at the driver's exact version where apt, dnf or pacman would otherwise move a package on its own (#20): a
+# public bug report had Fabric Manager 590 beside driver 580 because only the branch held it.
+LOCKSTEP_PIN_PRIORITY = 1001
+LOCKSTEP_OTHER_PRIORITY = -1
+
+
+def lockstep_hold(names: t.Any, version: t.Any) -> dict[str, t.Any]:
+    """The exact-version hold of Fabric Manager and NSCQ (``plan_lockstep``'s ``hold``) at the driver's version.
+
+    ``version`` is the driver's upstream version (the move's ``to``); None or "" when it is not known yet (check mode
+    before the repository exists), and then nothing is held (``held`` false).
+
+    Returns ``version``, ``held``, ``names`` and, per package manager:
+
+    - ``apt``: two apt preferences stanzas by exact name, for a file that apt reads before the driver's branch pin
+      (apt takes the first stanza that matches a version, file by file in name order): the driver's version
+      (``Pin: version 580.105.08-*``: any packaging revision, as Fabric Manager's ``-1`` sits beside the driver's
+      ``-1ubuntu1``) at 1001, then every other version at -1, so neither ``apt upgrade`` nor an install without a
+      version moves them away from the driver (an explicit ``name=version`` still can: apt's own rule).
+    - ``dnf4``: lock-list lines ``name-580.65.06-*`` (the versionlock plugin); the names must not also be in the branch
+      lock, whose ``name-580.*`` would let every release of the branch through.
+    - ``dnf5``: versionlock.toml entries ``[V, V.0)``, once with NVIDIA's epoch 3 and once with none (one entry per
+      epoch: dnf5 unlocks a version that any entry of the name matches, and public sources show Fabric Manager rpms
+      without an epoch as well as the driver's with 3).
+    """
+    held_names = sorted(set(_names(names)))
+    text = str(version or "").strip()
+    if text and not _VERSION_RE.fullmatch(text):
+        raise ValueError("lockstep_hold: %r is not a driver version such as 580.65.06" % (text,))
+    held = bool(text and held_names)
+    out: dict[str, t.Any] = {"version": text or None, "held": held, "names": held_names, "apt": [], "dnf4": [], "dnf5": []}
+    if not held:
+        return out
+    out["apt"] = [
+        {"explanation": "at the driver's version %s" % text, "packages": held_names, "version": "%s-*" % text,
+         "priority": LOCKSTEP_PIN_PRIORITY},
+        {"explanation": "no other version of them moves without the driver", "packages": held_names, "version": "*",
+         "priority": LOCKSTEP_OTHER_PRIORITY},
+    ]
+    out["dnf4"] = versionlock_dnf4(held_names, {"version": text})
+    out["dnf5"] = [entry for epoch in (NVIDIA_RPM_EPOCH, 0) for entry in _versionlock_dnf5_exact(held_names, text, epoch)]
+    return out
+
+
+def _versionlock_dnf5_exact(names: list[str], version: str, epoch: int) -> list[dict[str, t.Any]]:
+    low, high = ("%d:%s" % (epoch, version), "%d:%s.0" % (epoch, version))
+    return [
+        {"name": name, "conditions": [{"key": "evr", "comparator": ">=", "value": low}, {"key": "evr", "comparator": "<", "value": high}]}
+        for name in names
+    ]
+
+
+# dnf's package lines: "name.arch  [epoch:]version-release  repository" (dnf4 and dnf5 `list`, the role's dnf4
+# repoquery format "%{name}.%{arch} %{epoch}:%{version}-%{release}"). dnf4's `list` wraps a line whose name does not fit
+# its column: the name alone, then the version and repository on the next line.
+_DNF_SECTION_RE = re.compile(r"(Installed|Available|Extra|Obsoleting|Recently added)( packages| upgrades)?\s*$", re.IGNORECASE)
+
+
+def dnf_versions(output: t.Any, name: str) -> list[str]:
+    """The versions of ``name`` in dnf4 or dnf5 output, as dnf printed them (epoch and release included), in order.
+
+    Reads ``dnf list --showduplicates`` of dnf4 ("Available Packages", a repository ``@repo`` for installed ones, long
+    names wrapped onto two lines) and of dnf5 ("Available packages", no ``@``; Fedora 41 and later), and the lines of
+    ``dnf repoquery --qf "%{name}.%{arch} %{epoch}:%{version}-%{release}"``. Section headings, source packages
+    (``.src``) and other names are skipped. dnf5's repoquery prints no newline after a format (docs/sources.md), so the
+    role asks dnf5 with ``list`` and keeps repoquery for dnf4.
+    """
+    text = str(output or "")
+    prefix = str(name) + "."
+    tokens: list[list[str]] = []
+    pending: list[str] = []
+    for line in text.splitlines():
+        if not line.strip() or _DNF_SECTION_RE.match(line.strip()):
+            pending = []
+            continue
+        fields = line.split()
+        if pending:
+            fields = pending + fields
+            pending = []
+        if len(fields) == 1 and fields[0].startswith(prefix):
+            pending = fields
+            continue
+        tokens.append(fields)
+    versions: list[str] = []
+    for fields in tokens:
+        if len(fields) < 2 or not fields[0].startswith(prefix):
+            continue
+        arch = fields[0][len(prefix):]
+        if not arch or "." in arch or arch in ("src", "nosrc"):
+            continue
+        if fields[1] not in versions:
+            versions.append(fields[1])
+    return versions

@@ -288,7 +288,8 @@ def build(out: Path) -> None:
     build_apt(out / "apt", packages(manifest["apt"], manifest.get("apt_toolkit_versions", tk)), home, fpr)
     build_apt(out / "apt-cuda-debian13", driver_versions(manifest["apt-cuda-debian13"], manifest["apt-cuda-debian13-versions"]), home, fpr)
     # #20: NVIDIA's debian12 repository, the same stubs at two releases of one branch
-    build_apt(out / "apt-cuda-debian12", driver_versions(manifest["apt-cuda-debian13"], manifest["apt-cuda-debian12-versions"]), home, fpr)
+    debian12 = manifest["apt-cuda-debian13"] + manifest.get("apt-cuda-debian12-extra", [])
+    build_apt(out / "apt-cuda-debian12", driver_versions(debian12, manifest["apt-cuda-debian12-versions"]), home, fpr)
     # Ubuntu (#24): the noble archive's restricted NVIDIA packages and NVIDIA's CUDA ubuntu2204 repository
     for name in ("apt-ubuntu-noble", "apt-cuda-ubuntu2204"):
         build_apt(out / name, manifest[name], home, fpr)

@@ -15,7 +15,8 @@ from gpuhost_testinfra import test_check_after_converge_changes_nothing, test_ch
 PREFIX = "gpuhost-upgrade-"
 # case: (from, to, packages that must be at `to`)
 MOVES = {
-    "debian12": ("580.159.04", "580.126.20", ["nvidia-kernel-open-dkms", "nvidia-driver-cuda", "nvidia-smi", "nvidia-persistenced"]),
+    "debian12": ("580.159.04", "580.126.20",
+                 ["nvidia-kernel-open-dkms", "nvidia-driver-cuda", "nvidia-smi", "nvidia-persistenced", "nvidia-fabricmanager-580"]),
     "rocky9": ("570.172.08", "580.65.06", ["nvidia-driver", "kmod-nvidia-open-dkms", "nvidia-persistenced", "nvidia-fabricmanager"]),
     "rocky10": ("580.65.06", "595.71.05", ["nvidia-driver", "kmod-nvidia-open-dkms", "nvidia-persistenced"]),
     "arch": ("580.76.05", "590.48.01", ["nvidia-utils", "nvidia-open-dkms"]),
@@ -86,9 +87,52 @@ def test_the_pin_holds_the_new_branch_or_version(host, case):
 
 
 def test_fabric_manager_follows_the_driver_on_the_nvswitch_host(host, case):
-    if case != "rocky9":
-        pytest.skip("only rocky9 has NVSwitches")
+    if case not in ("rocky9", "debian12"):
+        pytest.skip("only rocky9 and debian12 have NVSwitches")
+    if case == "debian12":
+        assert _version(host, case, "nvidia-fabricmanager-580") == _version(host, case, "nvidia-driver-cuda") == "580.126.20-1"
+        assert host.service("nvidia-fabricmanager").is_enabled
+        return
     assert _version(host, case, "nvidia-fabricmanager") == _version(host, case, "nvidia-driver") == "580.65.06"
     # EL renamed Fabric Manager at 580: the 570 package is gone, the unit is enabled.
     assert not host.package("nvidia-fabric-manager").is_installed
     assert host.service("nvidia-fabricmanager").is_enabled
+
+
+LOCKSTEP_PREF = "/etc/apt/preferences.d/gpuhost-nvidia-driver-lockstep.pref"
+BRANCH_ONLY = "Package: nvidia-fabricmanager-580\nPin: version 580.*\nPin-Priority: 1001\n"
+
+
+def _policy(host, parts):
+    """`apt-cache policy` of Fabric Manager with only these preferences files (a scratch preferences.d)."""
+    script = "d=$(mktemp -d) && %s && apt-cache -o Dir::Etc::Preferences=/dev/null -o Dir::Etc::PreferencesParts=$d policy nvidia-fabricmanager-580"
+    return host.check_output(script % " && ".join(parts + ["true"]))
+
+
+def test_apt_does_not_move_fabric_manager_without_the_driver(host, case):
+    """#20: a public bug had Fabric Manager 590 beside driver 580, because only a branch pin held it. The repository
+    offers Fabric Manager 580.159.04 beside the driver's 580.126.20; the role's hold keeps it at the driver's."""
+    if case != "debian12":
+        pytest.skip("the apt NVSwitch host")
+    pref = host.file(LOCKSTEP_PREF).content_string
+    assert "Package: nvidia-fabricmanager-580\nPin: version 580.126.20-*\nPin-Priority: 1001" in pref, pref
+    assert "Package: nvidia-fabricmanager-580\nPin: version *\nPin-Priority: -1" in pref, pref
+    policy = host.check_output("apt-cache policy nvidia-fabricmanager-580")
+    assert "Candidate: 580.126.20-1" in policy and "580.159.04-1 -1" in policy, policy
+    # Neither an install by name nor an upgrade moves it: nothing to do.
+    assert "Inst nvidia-fabricmanager-580" not in host.check_output("apt-get install -s nvidia-fabricmanager-580")
+    assert "nvidia-fabricmanager-580" not in host.check_output("apt-get -s dist-upgrade")
+    # What the role's file changes: with the branch pin alone (580.*), apt would take the newer release on its own.
+    alone = _policy(host, ["printf '%s' > $d/gpuhost-nvidia-driver.pref" % BRANCH_ONLY])
+    assert "Candidate: 580.159.04-1" in alone, alone
+    held = _policy(host, ["printf '%s' > $d/gpuhost-nvidia-driver.pref" % BRANCH_ONLY, "cp %s $d/" % LOCKSTEP_PREF])
+    assert "Candidate: 580.126.20-1" in held, held
+
+
+def test_fabric_manager_versionlock_moved_with_the_driver(host, case):
+    if case != "rocky9":
+        pytest.skip("the dnf NVSwitch host")
+    lock = host.file("/etc/dnf/plugins/versionlock.list").content_string
+    block = lock.split("# BEGIN gpuhost.nvidia.nvidia_driver lockstep\n")[1].split("# END gpuhost.nvidia.nvidia_driver lockstep")[0]
+    # The 580 name at the driver's exact version; the 570 entry (nvidia-fabric-manager-570.172.08-*) went with the move.
+    assert block.splitlines() == ["nvidia-fabricmanager-580.65.06-*"], block

@@ -229,6 +229,7 @@ def _render(name, host, plan, pkgs):
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
     env.filters.update({"gpuhost.nvidia." + k: v for k, v in driver_filters.FilterModule().filters().items()})
     variables = {"__nvidia_driver_plan": plan, "__nvidia_driver_pkgs": pkgs, "ansible_managed": "managed",
+                 "__nvidia_driver_versionlock_names": pkgs["hold"],
                  "__nvidia_driver_pin_glob": (plan["version"] + "-*") if plan.get("version") else "%s.*" % plan["branch"]}
     with open(os.path.join(ROLE, "templates", name), encoding="utf-8") as handle:
         return env.from_string(handle.read()).render(**variables)
