@@ -159,6 +159,11 @@ def test_repository_and_pinned_key(host, case):
 def test_fabric_manager_only_with_nvswitches(host, case):
     if case == "rocky9":
         assert host.service("nvidia-fabricmanager").is_enabled
+        # #20: held at the driver's exact version in a versionlock block of its own (the stream holds only the branch).
+        lock = host.file("/etc/dnf/plugins/versionlock.list").content_string
+        block = lock.split("# BEGIN gpuhost.nvidia.nvidia_driver lockstep\n")[1].split("# END gpuhost.nvidia.nvidia_driver lockstep")[0]
+        assert block.splitlines() == ["nvidia-fabricmanager-580.65.06-*"], block
+        assert host.package("python3-dnf-plugin-versionlock").is_installed
     else:
         assert not host.exists("nv-fabricmanager") and not host.package("nvidia-fabric-manager").is_installed
 
