@@ -1,8 +1,9 @@
 """Verify playbooks/site.yml on the emulated Ubuntu 24.04 and 22.04 hosts (#24): the package names and versions each
 source installed from the stub repositories (Ubuntu's archive, NVIDIA's CUDA ubuntu2204 repository), the pin, the
 repository, Fabric Manager chosen from the NVSwitches in the facts, the persistence daemon's drop-in over Ubuntu's
-static unit (and the report saying static), vfio_passthrough with Ubuntu's GRUB files, the exporter, and the bad
-request that must fail before any change. test_ubuntu_removal.py (collected after this module) then removes the driver.
+static unit (and the report saying static), or the unit masked where it is asked off (ubuntu2204), vfio_passthrough
+with Ubuntu's GRUB files (by PCI address on ubuntu2404), the exporter, and the bad request that must fail before any
+change. test_ubuntu_removal.py (collected after this module) then removes the driver.
 
 The versions are the stubs' (tests/repos/packages.yml), which are the real packages' versions (docs/sources.md).
 No GPU and no loadable module exist in the containers: units are checked as installed and enabled, not running.
@@ -132,30 +133,45 @@ def test_fabric_manager_only_on_the_nvswitch_host(host, family):
         assert "Fabric Manager" not in _summary(family)
 
 
-def test_persistenced_runs_with_persistence_mode_over_ubuntus_static_unit(host):
+def test_persistenced_as_asked_over_ubuntus_static_unit(host, family):
     # Ubuntu's unit (no [Install]: systemd calls it static) runs --no-persistence-mode; the drop-in replaces that.
     assert "--no-persistence-mode" in host.file("/lib/systemd/system/nvidia-persistenced.service").content_string
+    if family == "ubuntu2204":
+        # gpu_settings_persistenced_enabled: false. A static unit cannot be disabled (the driver's udev rule starts it),
+        # so the role masked it, stopped it and recorded the mask for state absent (test_ubuntu_removal.py).
+        assert host.run("systemctl is-enabled nvidia-persistenced.service").stdout.strip() == "masked"
+        assert host.file("/etc/systemd/system/nvidia-persistenced.service").linked_to == "/dev/null"
+        assert host.run("systemctl is-active nvidia-persistenced.service").stdout.strip() == "inactive"
+        assert host.file("/var/lib/gpuhost/gpu_settings_masked_units").content_string == "nvidia-persistenced.service\n"
+        assert not host.file(DROPIN).exists
+        return
     assert host.check_output("systemctl is-enabled nvidia-persistenced.service") == "static"
+    assert not host.file("/var/lib/gpuhost/gpu_settings_masked_units").exists
     dropin = host.file(DROPIN).content_string
     assert "ExecStart=/usr/bin/nvidia-persistenced --user nvidia-persistenced --persistence-mode --verbose" in dropin
     shown = host.check_output("systemctl show -p ExecStart --value nvidia-persistenced.service")
     assert "--persistence-mode" in shown and "--no-persistence-mode" not in shown
 
 
-def test_gpu_settings_reports_the_unit_as_static_not_enabled(family):
+def test_gpu_settings_reports_the_unit_as_static_or_masked_not_enabled(family):
     lines = [line for line in _summary(family).splitlines() if "gpu_settings: nvidia-persistenced.service" in line]
     assert len(lines) == 1, _summary(family)
-    assert "gpu_settings: nvidia-persistenced.service static (no [Install] section" in lines[0], lines[0]
+    if family == "ubuntu2204":
+        assert "gpu_settings: nvidia-persistenced.service masked and stopped (a static unit" in lines[0], lines[0]
+    else:
+        assert "gpu_settings: nvidia-persistenced.service static (no [Install] section" in lines[0], lines[0]
     assert "enabled with" not in lines[0]
 
 
+OVERRIDE = "/usr/local/libexec/gpuhost/vfio-pci-override"
 VFIO = {
-    # a cloud image (Azure, Intel): the grub.d file's default command line replaces "quiet splash"
-    "ubuntu2404": {"args": "intel_iommu=on iommu=pt vfio-pci.ids=10de:1aef,10de:2204", "kernel": "6.8.0-1031-azure",
-                   "default": "console=tty1 console=ttyS0 earlyprintk=ttyS0", "ids": "10de:1aef,10de:2204"},
-    # a bare-metal AMD server with Ubuntu 22.04's stock /etc/default/grub: "quiet splash" stays the default
+    # a cloud image (Azure, Intel), by PCI address: the grub.d file's default command line replaces "quiet splash"; the
+    # override script lies beside gpu_settings' boot script
+    "ubuntu2404": {"args": "intel_iommu=on iommu=pt", "kernel": "6.8.0-1031-azure",
+                   "default": "console=tty1 console=ttyS0 earlyprintk=ttyS0", "first": f"install vfio-pci {OVERRIDE}"},
+    # a bare-metal AMD server with Ubuntu 22.04's stock /etc/default/grub, by vendor:device id: "quiet splash" stays
     "ubuntu2204": {"args": "amd_iommu=on iommu=pt vfio-pci.ids=10de:2236", "kernel": "5.15.0-126-generic",
-                   "default": "quiet splash", "ids": "10de:2236"},
+                   "default": "quiet splash", "first": "options vfio-pci ids=10de:2236"},
 }
 
 
@@ -175,9 +191,16 @@ def test_vfio_passthrough_with_ubuntus_grub_files(host, family):
     if family == "ubuntu2404":
         assert not any("splash" in line for line in linux_lines if want["default"] in line), linux_lines
     modprobe = [line for line in host.file("/etc/modprobe.d/gpuhost-vfio.conf").content_string.splitlines() if line and not line.startswith("#")]
-    assert modprobe == [f"options vfio-pci ids={want['ids']}", "softdep nvidia pre: vfio-pci", "softdep nouveau pre: vfio-pci"]
-    assert not host.file("/usr/local/libexec/gpuhost/vfio-pci-override").exists
+    assert modprobe == [want["first"], "softdep nvidia pre: vfio-pci", "softdep nouveau pre: vfio-pci"]
     assert host.file("/etc/initramfs-tools/hooks/gpuhost-vfio").mode == 0o755
+    script = host.file(OVERRIDE)
+    if family == "ubuntu2204":
+        assert not script.exists
+        return
+    # by address: the GPU and its audio function, in the directory gpu_settings' boot script shares (check mode on the
+    # fresh host predicted that directory created once: the shared test_check_mode_predicted_converge)
+    assert script.mode == 0o755 and "for dev in 0000:01:00.0 0000:01:00.1; do" in script.content_string
+    assert host.file("/usr/local/libexec/gpuhost/gpu-settings").exists
 
 
 def test_the_exporter_runs(host):

@@ -1,7 +1,11 @@
-"""The driver's removal on the converged Ubuntu 24.04 host (#24), after test_ubuntu.py's state tests (pytest collects
-this module after that one): remove.yml predicts it in check mode, removes, and removes again. Canonical's signed
-modules come with packages that are never installed by name (linux-signatures-nvidia-<kernel>,
-linux-objects-nvidia-...-<kernel>, dependencies of the module package at its exact version): none may stay.
+"""The removals on the converged hosts, after test_ubuntu.py's state tests (pytest collects this module after that one):
+remove.yml predicts them in check mode, removes, and removes again, both hosts at once.
+
+* ubuntu2404, the driver (#24): Canonical's signed modules come with packages that are never installed by name
+  (linux-signatures-nvidia-<kernel>, linux-objects-nvidia-...-<kernel>, dependencies of the module package at its exact
+  version): none may stay.
+* ubuntu2204, gpu_settings: site.yml masked Ubuntu's static nvidia-persistenced unit (asked off); the removal unmasks
+  what the role masked, so the unit is static again, as its package shipped it.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from gpuhost_testinfra import run_playbook_json
 
 SCENARIO = Path(os.environ.get("MOLECULE_SCENARIO_DIRECTORY", Path(__file__).resolve().parent.parent))
 HOST = "gpuhost-ubuntu2404-ubuntu"
+SETTINGS_HOST = "gpuhost-ubuntu2204-ubuntu"
 # What site.yml installed there from the archive stub (test_ubuntu.py checks it before this module runs).
 SIGNED = ["linux-modules-nvidia-580-server-open-azure", "linux-modules-nvidia-580-server-open-6.8.0-1031-azure",
           "linux-signatures-nvidia-6.8.0-1031-azure", "linux-objects-nvidia-580-server-open-6.8.0-1031-azure"]
@@ -27,15 +32,20 @@ def _name(task: dict) -> str:
     return task["task"]["name"].split(" : ", 1)[-1]
 
 
-def _changed(play: dict) -> list[str]:
-    return [_name(task) for task in play["tasks"] if task["hosts"].get(HOST, {}).get("changed")]
+def _changed(play: dict, host: str = HOST) -> list[str]:
+    return [_name(task) for task in play["tasks"] if task["hosts"].get(host, {}).get("changed")]
 
 
 @pytest.fixture(scope="module")
-def removal():
-    """remove.yml's three plays (check mode, removal, second removal) and the stats."""
-    result = run_playbook_json(str(SCENARIO / "remove.yml"))
-    return result["plays"], result["stats"][HOST]
+def removals() -> dict:
+    """remove.yml's JSON result: three plays (check mode, removal, second removal) and the stats of both hosts."""
+    return run_playbook_json(str(SCENARIO / "remove.yml"))
+
+
+@pytest.fixture(scope="module")
+def removal(removals):
+    """The driver's removal on ubuntu2404: the three plays and its stats."""
+    return removals["plays"], removals["stats"][HOST]
 
 
 def _installed() -> set[str]:
@@ -65,3 +75,19 @@ def test_the_report_names_the_signatures_and_objects(removal):
                if _name(task) == "Report what the role removed, for the site summary" and HOST in task["hosts"]]
     assert len(reports) == 1, reports
     assert "linux-signatures-nvidia-6.8.0-1031-azure" in reports[0][0] and "linux-objects-nvidia-580-server-open-6.8.0-1031-azure" in reports[0][0]
+
+
+def test_gpu_settings_removal_unmasks_what_it_masked_and_check_mode_predicts_it(removals):
+    (check, real, again), stats = removals["plays"], removals["stats"][SETTINGS_HOST]
+    assert stats["failures"] == 0 and stats["unreachable"] == 0, stats
+    changed = _changed(real, SETTINGS_HOST)
+    assert "Unmask nvidia-persistenced, which the role masked" in changed, changed
+    assert _changed(check, SETTINGS_HOST) == changed
+    assert _changed(again, SETTINGS_HOST) == []
+    # the unit as its package shipped it: static, not masked; no mask and no record of one left
+    run = ["podman", "exec", SETTINGS_HOST]
+    state = subprocess.run([*run, "systemctl", "is-enabled", "nvidia-persistenced.service"], capture_output=True, text=True, check=False)
+    assert state.stdout.strip() == "static", state
+    left = subprocess.run([*run, "ls", "/etc/systemd/system/nvidia-persistenced.service", "/var/lib/gpuhost/gpu_settings_masked_units"],
+                          capture_output=True, text=True, check=False)
+    assert left.stdout == "" and left.returncode != 0, left
