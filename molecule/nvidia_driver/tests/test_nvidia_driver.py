@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpuhost_testinfra import changed_tasks, remove_hosts, run_playbook_json, start_fresh_host
+from gpuhost_testinfra import changed_tasks, recorded_runs, remove_hosts, run_playbook_json, start_fresh_host
 from gpuhost_testinfra import test_check_after_converge_changes_nothing, test_check_mode_predicted_converge  # noqa: F401  pylint: disable=unused-import
 
 SCENARIO = Path(os.environ.get("MOLECULE_SCENARIO_DIRECTORY", Path(__file__).resolve().parent.parent))
@@ -183,6 +183,31 @@ def test_reboot_required_fact_and_report(runs, case):
         assert "nvidia_driver: pinned to 580 with dnf versionlock" in report, report
     if case == "debian13-nvidia":
         assert "nvidia_driver: pinned to 595 with the pinning package nvidia-driver-pinning-595" in report, report
+
+
+def test_headers_follow_the_kernel_the_host_boots(host, runs, case, gpuhost_instance):
+    """#20: the container runs the CI machine's kernel, which Debian did not build; debian13-nvidia has Debian's real
+    linux-image-cloud-amd64 installed, so the driver's one apt transaction (#21) brought Debian's real
+    linux-headers-cloud-amd64, and check mode on the fresh host (NVIDIA's repository not configured yet) named it."""
+    ensured = [r["ensured"] for r in runs]
+    if case not in ("debian12-proprietary", "debian13-nvidia"):
+        assert ensured == [None] * len(runs)  # only the apt path sets gpuhost_ensured_packages (#21)
+        return
+    # Every run, check mode included, hands the packages the role installs by name to the roles after it.
+    named = {"debian12-proprietary": {"nvidia-kernel-dkms", "nvidia-smi", "libcuda1"},
+             "debian13-nvidia": {"nvidia-kernel-open-dkms", "nvidia-driver-cuda"}}[case]
+    assert ensured and all(named <= set(e) for e in ensured), ensured
+    follow = "linux-headers-cloud-amd64"
+    if case == "debian12-proprietary":
+        assert not host.package(follow).is_installed and all(follow not in e for e in ensured)
+        return
+    assert host.package("linux-image-cloud-amd64").is_installed
+    status = host.check_output("dpkg-query -W -f '${db:Status-Abbrev} ${Depends}' " + follow)
+    assert status.startswith("ii ") and "linux-headers-" in status, status
+    assert all(follow in e and "nvidia-driver-pinning-595" in e for e in ensured), ensured
+    prediction = next(r for r in recorded_runs() if r["check"] and gpuhost_instance in r["changed"])
+    printed = [p["msg"] for p in prediction["printed"].get(gpuhost_instance, []) if p["task"].endswith(" : Install the driver packages")]
+    assert len(printed) == 1 and follow in printed[0], prediction["printed"]
 
 
 BAD = {

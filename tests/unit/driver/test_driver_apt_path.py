@@ -1,0 +1,114 @@
+# Copyright (c) gpuhost.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The nvidia_driver role's apt path as the role templates it (#21, #20).
+
+#21: one read-only ``apt-cache madison`` question answers the candidate check, whether NVIDIA's pinning package is offered
+and which headers packages that follow kernel updates are offered; one removal; the headers go into the driver's own
+install transaction. #20: the headers flavour follows the kernel the host boots: the running kernel's when Debian built
+it, else the installed kernel image meta packages'.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import yaml
+from test_driver_vars import ROLE, Host
+
+# `apt-cache madison` as bookworm's apt prints it: the name padded to the widest, then version and index.
+MADISON = [
+    "nvidia-open-kernel-dkms | 535.261.03-1~deb12u1 | http://deb.debian.org/debian bookworm/contrib amd64 Packages",
+    "nvidia-open-kernel-dkms | 535.247.01-1~deb12u1 | http://deb.debian.org/debian bookworm-updates/contrib amd64 Packages",
+    "nvidia-graphics-drivers | 535.261.03-1~deb12u1 | http://deb.debian.org/debian bookworm/non-free Sources",
+    "linux-headers-cloud-amd64 |  6.1.192-2 | http://deb.debian.org/debian-security bookworm-security/main amd64 Packages",
+]
+
+
+def _host(kernel="6.18.44-fc-v657", packages=(), offered=None, headers_now=False):
+    host = Host("debian12")
+    host.variables["ansible_facts"] = dict(host.facts, kernel=kernel, packages={name: [{"version": "1"}] for name in packages})
+    plan = host.plan({"source": "distro", "flavour": "open"})
+    host.variables.update({
+        "__nvidia_driver_plan": plan, "__nvidia_driver_pkgs": host.packages(plan), "nvidia_driver_install_headers": True,
+        "__nvidia_driver_offered": {"stdout_lines": MADISON if offered is None else offered},
+        "__nvidia_driver_headers_dir": {"stat": {"exists": not headers_now}},
+        "__nvidia_driver_headers_available": {"rc": 0}, "nvidia_driver_repo_pending": False,
+    })
+    return host
+
+
+@pytest.mark.parametrize("kernel, packages, follow", [
+    # Debian built the running kernel: its flavour, whatever else is installed.
+    ("6.1.0-26-cloud-amd64", ["linux-image-amd64"], ["linux-headers-cloud-amd64"]),
+    ("6.12.48+deb13-amd64", [], ["linux-headers-amd64"]),
+    # Another kernel runs (a container on the CI machine's kernel, a custom build): the flavours the host boots.
+    ("6.18.44-fc-v657", ["linux-image-cloud-amd64", "bash"], ["linux-headers-cloud-amd64"]),
+    ("6.18.44-fc-v657", ["linux-image-rt-amd64", "linux-image-amd64"], ["linux-headers-amd64", "linux-headers-rt-amd64"]),
+    ("6.18.44-fc-v657", ["linux-image-cloud-arm64"], ["linux-headers-cloud-arm64"]),
+    # Neither: nothing follows (a kernel image package of an exact release is not a flavour meta package).
+    ("6.18.44-fc-v657", ["linux-image-6.1.0-56-cloud-amd64"], []),
+])
+def test_headers_follow_the_kernel_the_host_boots(kernel, packages, follow):
+    host = _host(kernel, packages)
+    assert host["__nvidia_driver_headers_follow_wanted"] == follow
+    assert host["__nvidia_driver_headers_follow_now"] is bool(follow)
+
+
+def test_one_madison_answer_gives_the_candidate_versions_and_what_is_offered():
+    host = _host(packages=["linux-image-cloud-amd64"])
+    assert host["__nvidia_driver_candidate_package"].strip() == "nvidia-open-kernel-dkms"
+    # Only the driver package's own rows: not the source package's, not the headers'.
+    assert host["__nvidia_driver_offered_versions"] == ["535.261.03-1~deb12u1", "535.247.01-1~deb12u1"]
+    assert "linux-headers-cloud-amd64" in host["__nvidia_driver_offered_names"]
+    assert host["__nvidia_driver_apt_headers"] == ["linux-headers-cloud-amd64"]
+
+
+def test_headers_the_repositories_do_not_offer_are_left_out():
+    host = _host(packages=["linux-image-cloud-amd64", "linux-image-rt-amd64"], offered=MADISON[:1])
+    assert host["__nvidia_driver_headers_follow_wanted"] == ["linux-headers-cloud-amd64", "linux-headers-rt-amd64"]
+    assert host["__nvidia_driver_apt_headers"] == []
+
+
+def test_the_running_kernels_headers_join_the_follow_packages():
+    host = _host(kernel="6.1.0-26-cloud-amd64", headers_now=True)
+    assert host["__nvidia_driver_apt_headers"] == ["linux-headers-6.1.0-26-cloud-amd64", "linux-headers-cloud-amd64"]
+
+
+def test_a_skipped_query_offers_nothing():
+    host = _host(packages=["linux-image-cloud-amd64"])
+    host.variables["__nvidia_driver_offered"] = {"skipped": True, "changed": False}
+    assert host["__nvidia_driver_offered_versions"] == []
+    assert host["__nvidia_driver_apt_headers"] == []
+
+
+def _tasks():
+    with open(os.path.join(ROLE, "tasks", "install_apt.yml"), encoding="utf-8") as handle:
+        return yaml.safe_load(handle)
+
+
+def test_the_apt_path_asks_once_removes_once_and_installs_the_driver_with_its_headers_in_one_transaction():
+    tasks = _tasks()
+    commands = [t for t in tasks if "ansible.builtin.command" in t]
+    assert len(commands) == 1 and "madison" in commands[0]["ansible.builtin.command"]["argv"]
+    assert commands[0]["check_mode"] is False and commands[0]["changed_when"] is False
+    apt = [t for t in tasks if "ansible.builtin.apt" in t]
+    assert [t["ansible.builtin.apt"]["state"] for t in apt] == ["absent", "present", "present"]
+    # NVIDIA's pinning package alone, before the driver, and only when it is used.
+    assert apt[1]["ansible.builtin.apt"]["name"] == "{{ __nvidia_driver_pkgs.pinning }}"
+    assert "__nvidia_driver_use_pinning_package" in apt[1]["when"]
+    assert "__nvidia_driver_apt_headers" in apt[2]["ansible.builtin.apt"]["name"]
+    assert "__nvidia_driver_install_specs" in apt[2]["ansible.builtin.apt"]["name"]
+    assert apt[2]["ansible.builtin.apt"]["allow_downgrade"] == "{{ __nvidia_driver_downgrade | bool }}"
+
+
+def test_the_ensured_packages_fact_follows_the_install_and_runs_in_check_mode_too():
+    tasks = _tasks()
+    names = [t["name"] for t in tasks]
+    fact = next(t for t in tasks if "gpuhost_ensured_packages" in t.get("ansible.builtin.set_fact", {}))
+    assert names.index(fact["name"]) > max(i for i, t in enumerate(tasks) if t["name"] == "Install the driver packages")
+    assert "when" not in fact and "check_mode" not in fact
+    expression = fact["ansible.builtin.set_fact"]["gpuhost_ensured_packages"]
+    assert "gpuhost_ensured_packages | default([])" in expression and "| unique" in expression
