@@ -122,9 +122,11 @@ def test_every_task_on_a_shared_directory_follows_the_contract(path: str) -> Non
         publish = [other for file, other in _tasks(role)
                    if "gpuhost_ensured_dirs" in (other.get("ansible.builtin.set_fact") or {}) and file != "absent.yml"]
         assert publish, f"{role} never adds what it ensured to gpuhost_ensured_dirs"
-        templar = Templar(loader=DataLoader(), variables={**_role_vars(role), "__vfio_passthrough_plan": {"mode": "addresses"}})
-        added = {key: value for task in publish
-                 for key, value in templar.template(trust_as_template(task["ansible.builtin.set_fact"]["gpuhost_ensured_dirs"])).items()}
+        added = {}
+        for other in publish:
+            templar = Templar(loader=DataLoader(), variables={**_role_vars(role), **_trusted(other.get("vars") or {}),
+                                                              "vfio_passthrough_state": "present", "__vfio_passthrough_plan": {"mode": "addresses"}})
+            added.update(templar.template(trust_as_template(other["ansible.builtin.set_fact"]["gpuhost_ensured_dirs"])))
         assert added.get(path) == attrs, (role, added)
 
 
@@ -164,3 +166,13 @@ def test_a_run_predicts_the_shared_directory_once_whichever_role_comes_first() -
     # another owner or mode is no match: the later role fixes it itself
     assert _condition("vfio_passthrough", "Ensure the directory of the per-device override script",
                       {**plan, "gpuhost_ensured_dirs": {libexec: "root:root:0700"}})
+
+
+@pytest.mark.parametrize(("state", "mode", "added"), [("present", "addresses", True), ("present", "ids", False), ("absent", "addresses", False)])
+def test_vfio_passthrough_adds_the_directory_only_when_it_ensured_it(state: str, mode: str, added: bool) -> None:
+    task = next(task for _file, task in _tasks("vfio_passthrough") if "gpuhost_ensured_dirs" in (task.get("ansible.builtin.set_fact") or {}))
+    before = {"/etc/gpuhost": "root:root:0755"}
+    templar = Templar(loader=DataLoader(), variables={**_role_vars("vfio_passthrough"), **_trusted(task["vars"]), "gpuhost_ensured_dirs": before,
+                                                      "vfio_passthrough_state": state, "__vfio_passthrough_plan": {"mode": mode}})
+    after = templar.template(trust_as_template(task["ansible.builtin.set_fact"]["gpuhost_ensured_dirs"]))
+    assert after == ({**before, "/usr/local/libexec/gpuhost": "root:root:0755"} if added else before)
