@@ -154,7 +154,7 @@ def test_a_run_predicts_the_shared_directory_once_whichever_role_comes_first() -
     # gpu_settings first (site.yml's order): vfio_passthrough's task is left out
     settings = Templar(loader=DataLoader(), variables=_role_vars("gpu_settings"))
     publish = next(task for _file, task in _tasks("gpu_settings")
-                   if task.get("name") == "Tell the roles after this one which directories gpu_settings ensured")
+                   if task.get("name") == "Report what the role configured, for the site summary")
     ensured = settings.template(trust_as_template(publish["ansible.builtin.set_fact"]["gpuhost_ensured_dirs"]))
     assert ensured == {"/etc/gpuhost": "root:root:0755", libexec: "root:root:0755"}
     assert not _condition("vfio_passthrough", "Ensure the directory of the per-device override script", {**plan, "gpuhost_ensured_dirs": ensured})
