@@ -190,8 +190,12 @@ def test_headers_follow_the_kernel_the_host_boots(host, runs, case, gpuhost_inst
     linux-image-cloud-amd64 installed, so the driver's one apt transaction (#21) brought Debian's real
     linux-headers-cloud-amd64, and check mode on the fresh host (NVIDIA's repository not configured yet) named it."""
     ensured = [r["ensured"] for r in runs]
+    # Every run, check mode included, on every package manager, hands the packages it ensured to the roles after it
+    # (#21), and each one it names is installed at the end.
+    assert ensured and all(e and sorted(e) == sorted(ensured[-1]) for e in ensured), ensured
+    missing = [p for p in ensured[-1] if not host.package(p).is_installed]
+    assert not missing, (missing, ensured[-1])
     if case not in ("debian12-proprietary", "debian13-nvidia"):
-        assert ensured == [None] * len(runs)  # only the apt path sets gpuhost_ensured_packages (#21)
         return
     # Every run, check mode included, hands the packages the role installs by name to the roles after it.
     named = {"debian12-proprietary": {"nvidia-kernel-dkms", "nvidia-smi", "libcuda1"},

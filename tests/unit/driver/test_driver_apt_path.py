@@ -105,10 +105,15 @@ def test_the_apt_path_asks_once_removes_once_and_installs_the_driver_with_its_he
 
 
 def test_the_ensured_packages_fact_follows_the_install_and_runs_in_check_mode_too():
-    tasks = _tasks()
+    """Set once for apt, dnf and pacman (tasks/driver.yml), right after the package manager's install tasks."""
+    with open(os.path.join(ROLE, "tasks", "driver.yml"), encoding="utf-8") as handle:
+        tasks = yaml.safe_load(handle)
     names = [t["name"] for t in tasks]
     fact = next(t for t in tasks if "gpuhost_ensured_packages" in t.get("ansible.builtin.set_fact", {}))
-    assert names.index(fact["name"]) > max(i for i, t in enumerate(tasks) if t["name"] == "Install the driver packages")
+    assert names.index(fact["name"]) == names.index("Install the driver packages") + 1
+    assert "install_{{ __nvidia_driver_pkg_mgr }}.yml" in tasks[names.index("Install the driver packages")]["ansible.builtin.include_tasks"]
     assert "when" not in fact and "check_mode" not in fact
     expression = fact["ansible.builtin.set_fact"]["gpuhost_ensured_packages"]
-    assert "gpuhost_ensured_packages | default([])" in expression and "| unique" in expression
+    assert "gpuhost_ensured_packages | default([]) | gpuhost.nvidia.packages_ensured(" in expression
+    assert "__nvidia_driver_install_packages" in expression and "__nvidia_driver_apt_headers" in expression
+    assert not [t for t in _tasks() if "ansible.builtin.set_fact" in t and "gpuhost_ensured_packages" in t["ansible.builtin.set_fact"]]
