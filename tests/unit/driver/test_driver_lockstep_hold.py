@@ -57,7 +57,7 @@ def test_apt_holds_fabric_manager_at_the_driver_version_and_no_other():
     text = _render_apt(hold)
     stanzas = [s for s in text.split("\n\n") if "Package:" in s]
     assert len(stanzas) == 2
-    first, second = ({k: v for k, _, v in (line.partition(": ") for line in s.splitlines() if not line.startswith("#"))} for s in stanzas)
+    first, second = (dict(line.split(": ", 1) for line in s.splitlines() if not line.startswith("#")) for s in stanzas)
     # Exact names, never globs (#21); the driver's version first (apt takes the first stanza that matches a version).
     assert first == {"Explanation": "at the driver's version 580.105.08", "Package": "libnvidia-nscq-580 nvidia-fabricmanager-580",
                      "Pin": "version 580.105.08-*", "Pin-Priority": "1001"}

@@ -20,21 +20,12 @@ import yaml
 
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
+from role_templates import trusted
 
 ROLE = pathlib.Path(__file__).resolve().parents[3] / "roles" / "gpu_settings"
 SWITCH = "Switch nvidia-persistenced on or off (enable, or disable; a static unit unmasked, or masked; started or stopped)"
 SERVICE = "nvidia-persistenced.service"
 RECORD = "/var/lib/gpuhost/gpu_settings_masked_units"
-
-
-def _trusted(value: t.Any) -> t.Any:
-    if isinstance(value, str):
-        return trust_as_template(value)
-    if isinstance(value, dict):
-        return {key: _trusted(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_trusted(item) for item in value]
-    return value
 
 
 def _walk(tasks: list[dict]) -> t.Iterator[dict]:
@@ -54,7 +45,7 @@ def _templar(distro: str, enabled: bool, driver_loaded: bool = False, **extra: t
     variables: dict[str, t.Any] = {}
     for path in (ROLE / "defaults" / "main.yml", ROLE / "vars" / "main.yml", ROLE / "vars" / f"{distro}.yml"):
         variables.update(yaml.safe_load(path.read_text(encoding="utf-8")))
-    variables = _trusted(variables)
+    variables = trusted(variables)
     variables.update({"gpu_settings_persistenced_enabled": enabled, "gpu_settings_driver_loaded": {"stat": {"exists": driver_loaded}}})
     variables.update(extra)
     return Templar(loader=DataLoader(), variables=variables)
@@ -69,7 +60,7 @@ def _when(templar: Templar, task: dict) -> bool:
 def switch(distro: str, enabled: bool, driver_loaded: bool = False) -> dict[str, t.Any]:
     """The systemd_service arguments of the switch task (omitted ones left out)."""
     task = next(task for task in _tasks(SWITCH) if "ansible.builtin.systemd_service" in task)
-    return _templar(distro, enabled, driver_loaded).template(_trusted(task["ansible.builtin.systemd_service"]))
+    return _templar(distro, enabled, driver_loaded).template(trusted(task["ansible.builtin.systemd_service"]))
 
 
 @pytest.mark.parametrize(("distro", "enabled", "loaded", "expected"), [
@@ -104,7 +95,7 @@ def test_the_mask_is_recorded_only_when_the_role_masks(distro: str, enabled: boo
     task, = _tasks("Record that the role masked nvidia-persistenced, for state absent")
     templar = _templar(distro, enabled)
     assert _when(templar, task) is recorded
-    assert templar.template(_trusted(task["ansible.builtin.lineinfile"])) == {
+    assert templar.template(trusted(task["ansible.builtin.lineinfile"])) == {
         "path": RECORD, "line": SERVICE, "create": True, "owner": "root", "group": "root", "mode": "0644"}
 
 
@@ -137,18 +128,18 @@ def test_state_absent_unmasks_only_what_the_role_recorded(found: list[str], unma
     assert _when(templar, task) is unmasked
     assert task["ansible.builtin.systemd_service"] == {"name": "{{ __gpu_settings_persistenced_service }}", "masked": False}
     removed, = _tasks("Remove the boot unit, its script, its spec and the nvidia-persistenced drop-in", "absent.yml")
-    assert templar.template(_trusted(removed["loop"]))[-1] == RECORD
+    assert templar.template(trusted(removed["loop"]))[-1] == RECORD
     # the drop-in stays at the index the restart after the removal reads
     assert "results[3]" in str(_tasks("Restart nvidia-persistenced without the persistence-mode drop-in when the driver is loaded",
                                       "absent.yml")[0]["when"])
-    assert templar.template(_trusted(removed["loop"]))[3] == templar.template(trust_as_template("{{ __gpu_settings_persistenced_dropin }}"))
+    assert templar.template(trusted(removed["loop"]))[3] == templar.template(trust_as_template("{{ __gpu_settings_persistenced_dropin }}"))
 
 
 def test_state_absent_takes_its_directories_out_of_the_shared_fact() -> None:
     task, = _tasks("Tell the roles after this one that gpu_settings' directories may be gone", "absent.yml")
     ensured = {"/etc/gpuhost": "root:root:0755", "/usr/local/libexec/gpuhost": "root:root:0755", "/opt/other": "root:root:0755"}
     templar = _templar("Ubuntu", True, gpuhost_ensured_dirs=ensured)
-    assert templar.template(_trusted(task["ansible.builtin.set_fact"]["gpuhost_ensured_dirs"])) == {"/opt/other": "root:root:0755"}
+    assert templar.template(trusted(task["ansible.builtin.set_fact"]["gpuhost_ensured_dirs"])) == {"/opt/other": "root:root:0755"}
 
 
 @pytest.mark.parametrize(("distro", "enabled", "start"), [
@@ -160,5 +151,5 @@ def test_state_absent_takes_its_directories_out_of_the_shared_fact() -> None:
 def test_the_report_says_masked_static_or_disabled(distro: str, enabled: bool, start: str) -> None:
     task, = _tasks("Report what the role configured, for the site summary")
     templar = _templar(distro, enabled, __gpu_settings_persistenced_unit={"skipped": True})
-    state = templar.template(_trusted(task["vars"]["__gpu_settings_persistenced_state"]))
+    state = templar.template(trusted(task["vars"]["__gpu_settings_persistenced_state"]))
     assert state.startswith(start), state

@@ -25,6 +25,7 @@ import yaml
 from ansible.errors import AnsibleError
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
+from role_templates import trusted
 
 ROLES = pathlib.Path(__file__).resolve().parents[3] / "roles"
 # Modules that write a whole file (lineinfile and blockinfile edit a part: two roles may keep their own blocks in one file,
@@ -32,22 +33,12 @@ ROLES = pathlib.Path(__file__).resolve().parents[3] / "roles"
 FILE_WRITERS = {"ansible.builtin.template": "dest", "ansible.builtin.copy": "dest"}
 
 
-def _trusted(value: t.Any) -> t.Any:
-    if isinstance(value, str):
-        return trust_as_template(value)
-    if isinstance(value, dict):
-        return {key: _trusted(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_trusted(item) for item in value]
-    return value
-
-
 def _role_vars(role: str) -> dict[str, t.Any]:
     variables: dict[str, t.Any] = {}
     for path in (ROLES / role / "defaults" / "main.yml", ROLES / role / "vars" / "main.yml"):
         if path.exists():
             variables.update(yaml.safe_load(path.read_text(encoding="utf-8")) or {})
-    return _trusted(variables)
+    return trusted(variables)
 
 
 def _walk(tasks: list[dict]) -> t.Iterator[dict]:
@@ -70,7 +61,7 @@ def _paths(templar: Templar, task: dict, key: str) -> list[str]:
         items = templar.template(trust_as_template(task["loop"])) if isinstance(task.get("loop"), str) else task.get("loop")
         result = []
         for item in items if items is not None else [None]:
-            scoped = templar.copy_with_new_env(available_variables={**templar.available_variables, "item": _trusted(item)})
+            scoped = templar.copy_with_new_env(available_variables={**templar.available_variables, "item": trusted(item)})
             result.append(str(scoped.template(trust_as_template(args[key]))))
         return [path for path in result if path]
     except (AnsibleError, KeyError, TypeError):
@@ -124,7 +115,7 @@ def test_every_task_on_a_shared_directory_follows_the_contract(path: str) -> Non
         assert publish, f"{role} never adds what it ensured to gpuhost_ensured_dirs"
         added = {}
         for other in publish:
-            templar = Templar(loader=DataLoader(), variables={**_role_vars(role), **_trusted(other.get("vars") or {}),
+            templar = Templar(loader=DataLoader(), variables={**_role_vars(role), **trusted(other.get("vars") or {}),
                                                               "vfio_passthrough_state": "present", "__vfio_passthrough_plan": {"mode": "addresses"}})
             added.update(templar.template(trust_as_template(other["ansible.builtin.set_fact"]["gpuhost_ensured_dirs"])))
         assert added.get(path) == attrs, (role, added)
@@ -172,7 +163,7 @@ def test_a_run_predicts_the_shared_directory_once_whichever_role_comes_first() -
 def test_vfio_passthrough_adds_the_directory_only_when_it_ensured_it(state: str, mode: str, added: bool) -> None:
     task = next(task for _file, task in _tasks("vfio_passthrough") if "gpuhost_ensured_dirs" in (task.get("ansible.builtin.set_fact") or {}))
     before = {"/etc/gpuhost": "root:root:0755"}
-    templar = Templar(loader=DataLoader(), variables={**_role_vars("vfio_passthrough"), **_trusted(task["vars"]), "gpuhost_ensured_dirs": before,
+    templar = Templar(loader=DataLoader(), variables={**_role_vars("vfio_passthrough"), **trusted(task["vars"]), "gpuhost_ensured_dirs": before,
                                                       "vfio_passthrough_state": state, "__vfio_passthrough_plan": {"mode": mode}})
     after = templar.template(trust_as_template(task["ansible.builtin.set_fact"]["gpuhost_ensured_dirs"]))
     assert after == ({**before, "/usr/local/libexec/gpuhost": "root:root:0755"} if added else before)
