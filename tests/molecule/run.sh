@@ -54,7 +54,9 @@ if [[ -z "$want" && "${GPUHOST_MOLECULE_ALL:-0}" != 1 && -f tests/molecule/on-de
     while read -r name reason; do
         [[ -z "$name" || "$name" == \#* ]] && continue
         if [[ " ${scenarios[*]} " == *" $name "* ]]; then
-            scenarios=("${scenarios[@]/$name}")
+            kept=()  # by whole name: a pattern substitution would also cut "upgrade" out of "upgrade_roll"
+            for scenario in "${scenarios[@]}"; do [[ "$scenario" == "$name" ]] || kept+=("$scenario"); done
+            scenarios=("${kept[@]}")
             on_demand+=("$name")
             echo "molecule $name: on demand, not run here ($reason); run it with: make molecule ROLE=$name"
         fi
