@@ -111,6 +111,24 @@ def _reboot_reasons(gpus: list[dict[str, t.Any]], state: str, kernel: dict[str, 
     return reasons
 
 
+def gather_on_host(module: t.Any, backends: t.Iterable[str] = BACKENDS, gather: t.Iterable[str] = (), root: str = "/") -> dict[str, t.Any]:
+    """:func:`gather_facts` on the managed host, from a module: ``nvidia-smi`` found on the module's PATH and run in the C
+    locale. The one place both nvidia_gpu_facts and nvidia_gpu_doctor (which gathers in-process when it is not handed
+    facts) gather with. A read error fails the module, naming the root."""
+    backends = list(backends)
+    smi_binary = module.get_bin_path("nvidia-smi") if "nvidia-smi" in backends else None
+
+    def run_smi(args: list[str]) -> t.Tuple[int, str, str]:
+        rc, out, err = module.run_command(args, environ_update={"LC_ALL": "C", "LANGUAGE": "C"})
+        return rc, out, err
+
+    try:
+        return gather_facts(backends=backends, gather=gather, root=root, smi_run=run_smi, smi_binary=smi_binary)
+    except OSError as exc:
+        module.fail_json(msg="Reading the host's GPU state under %s failed: %s" % (root, exc))
+    raise AssertionError("fail_json returned")  # pragma: no cover
+
+
 def gather_facts(
     backends: t.Iterable[str] = BACKENDS,
     gather: t.Iterable[str] = (),

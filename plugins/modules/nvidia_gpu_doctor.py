@@ -13,7 +13,10 @@ description:
   - Runs the usual troubleshooting steps of an NVIDIA GPU host as checks, each with a status (V(ok), V(warn) or
     V(fail)), the evidence, and the fix.
   - The GPU and driver state comes from O(facts), the output of M(gpuhost.nvidia.nvidia_gpu_facts), gathered with
-    C(gather=[health]) for the throttle, PCIe and ECC checks. The module runs no C(nvidia-smi) and no C(lspci).
+    C(gather=[health]) for the throttle, PCIe and ECC checks. Without O(facts) the module gathers them itself, in the
+    same call, exactly as M(gpuhost.nvidia.nvidia_gpu_facts) with C(gather=[health]) would, and returns them in
+    RV(ansible_facts.nvidia_gpu) (one remote call instead of two). It runs no C(lspci), and C(nvidia-smi) only as the
+    facts module's fallback when NVML gives nothing.
   - It reads only what the facts do not hold, under O(root) - C(/sys/module/nouveau), the UEFI C(SecureBoot)
     variable, the C(nvidia.ko) built for the running kernel (its signature trailer), the Docker and containerd
     configuration, the CDI specs, C(/dev/char) links and the cgroup version.
@@ -43,7 +46,13 @@ attributes:
     description: Linux hosts.
 options:
   facts:
-    required: true
+    description:
+      - The host's GPU facts, C(ansible_facts.nvidia_gpu) as M(gpuhost.nvidia.nvidia_gpu_facts) returns them with
+        C(gather=[health]); pass C({{ ansible_facts.nvidia_gpu }}).
+      - Left out, the module gathers them itself (NVML, then C(nvidia-smi), and the PCI scan under O(root), with the
+        health group) and returns them in RV(ansible_facts.nvidia_gpu), so that later tasks and the site summary
+        see the host as the doctor saw it.
+    required: false
   required_cuda:
     description: The CUDA version the host's workloads need, for example V(12.4). Unset, the check only reports.
     type: str
@@ -104,8 +113,8 @@ options:
     type: path
     default: /
 notes:
-  - Gather O(facts) with C(gather=[health]); without the health group the throttle, PCIe and ECC checks report that
-    nothing was read.
+  - Gather O(facts) with C(gather=[health]), or leave O(facts) out; without the health group the throttle, PCIe and ECC
+    checks report that nothing was read.
 seealso:
   - module: gpuhost.nvidia.nvidia_gpu_facts
   - name: NVIDIA Container Toolkit troubleshooting
@@ -114,6 +123,11 @@ seealso:
 """
 
 EXAMPLES = r"""
+- name: Gather the GPU facts with the health group and diagnose the host, in one call
+  gpuhost.nvidia.nvidia_gpu_doctor:
+    required_cuda: "12.4"
+  register: doctor
+
 - name: Gather the GPU facts with the health group
   gpuhost.nvidia.nvidia_gpu_facts:
     gather: [health]
@@ -130,6 +144,15 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+ansible_facts:
+  description: The GPU facts the module gathered itself, when O(facts) was left out.
+  returned: when O(facts) is not given
+  type: dict
+  contains:
+    nvidia_gpu:
+      description: As M(gpuhost.nvidia.nvidia_gpu_facts) returns them with C(gather=[health]).
+      returned: when O(facts) is not given
+      type: dict
 status:
   description: The worst status of all checks.
   returned: always
@@ -189,7 +212,7 @@ import typing as t
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _doctor, _files, _validate
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _doctor, _facts, _files, _validate
 
 # Checked before anything is read from the host.
 RULES: dict[str, _validate.Rule] = {
@@ -211,7 +234,7 @@ RULES: dict[str, _validate.Rule] = {
 def main() -> None:
     module = AnsibleModule(
         argument_spec=dict(
-            facts=dict(type="dict", required=True),
+            facts=dict(type="dict"),
             required_cuda=dict(type="str"),
             vfio_devices=dict(type="list", elements="str", default=[]),
             docker_daemon_json=dict(type="path", default=_doctor.DEFAULTS["docker_daemon_json"]),
@@ -240,7 +263,8 @@ def main() -> None:
     unknown = sorted(set(params["skip"]) - set(_doctor.CHECK_IDS))
     if unknown:
         module.fail_json(msg="skip names unknown checks: %s; the checks are %s" % (", ".join(unknown), ", ".join(_doctor.CHECK_IDS)))
-    facts: dict[str, t.Any] = params["facts"]
+    gathered = params["facts"] is None
+    facts: dict[str, t.Any] = _facts.gather_on_host(module, gather=["health"], root=params["root"]) if gathered else params["facts"]
     if "gpus" not in facts or "driver" not in facts or not isinstance(facts["gpus"], list) or not isinstance(facts["driver"], dict):
         module.fail_json(msg="facts must be ansible_facts.nvidia_gpu from gpuhost.nvidia.nvidia_gpu_facts (no 'gpus'/'driver' keys)")
     settings = {k: params[k] for k in _doctor.DEFAULTS}
@@ -250,6 +274,7 @@ def main() -> None:
     hostname = socket.gethostname()
     module.exit_json(
         changed=False,
+        ansible_facts={"nvidia_gpu": facts} if gathered else {},
         status=result["status"],
         counts=result["counts"],
         checks=checks,

@@ -691,8 +691,6 @@ ansible_facts:
           sample: []
 """
 
-import typing as t
-
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuhost.nvidia.plugins.module_utils import _facts, _files, _validate
@@ -719,23 +717,7 @@ def main() -> None:
             errors.append(str(exc))
     if errors:
         module.fail_json(msg="; ".join(errors) + "; the GPU facts were not gathered", errors=errors, messages=errors)
-    backends: list[str] = module.params["backends"]
-    smi_binary = module.get_bin_path("nvidia-smi") if "nvidia-smi" in backends else None
-
-    def run_smi(args: list[str]) -> t.Tuple[int, str, str]:
-        rc, out, err = module.run_command(args, environ_update={"LC_ALL": "C", "LANGUAGE": "C"})
-        return rc, out, err
-
-    try:
-        facts = _facts.gather_facts(
-            backends=backends,
-            gather=module.params["gather"],
-            root=module.params["root"],
-            smi_run=run_smi,
-            smi_binary=smi_binary,
-        )
-    except OSError as exc:
-        module.fail_json(msg="Reading the host's GPU state under %s failed: %s" % (module.params["root"], exc))
+    facts = _facts.gather_on_host(module, module.params["backends"], module.params["gather"], module.params["root"])
     module.exit_json(changed=False, ansible_facts={"nvidia_gpu": facts})
 
 
