@@ -32,6 +32,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from pathlib import Path
@@ -133,7 +134,9 @@ def main() -> None:
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="gpuhost-rerun-"))
     bin_dir = Path(sys.executable).parent
+    # This checkout, as make does (the venv links it): not a copy installed under ~/.ansible/collections, which wins otherwise.
     env = dict(os.environ, ANSIBLE_PIPELINING="1", ANSIBLE_HOST_KEY_CHECKING="0", MOLECULE_PROJECT_DIRECTORY=str(REPO),
+               ANSIBLE_COLLECTIONS_PATH=os.environ.get("ANSIBLE_COLLECTIONS_PATH", sysconfig.get_paths()["purelib"]),
                PATH="%s:%s" % (bin_dir, os.environ.get("PATH", "")))
     try:
         start_host(work, args.port)
