@@ -1,0 +1,234 @@
+# Copyright (c) gpuhost.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""One remote call for a role's directories, files and systemd units: request checks and the unit planner.
+
+Private to this collection: no compatibility promise outside gpuhost.nvidia.
+
+``gpuhost_apply`` does what a role used to do with a chain of ``file``, ``template``, ``copy``, ``stat`` and
+``systemd_service`` tasks (each one remote call, two for ``template``/``copy``), in one call. Everything here is pure:
+the module reads the host (files through ``_files``, units with one ``systemctl show``), asks the functions below
+what to do, and acts.
+
+- :func:`check_request` refuses every bad path, mode, owner, group and unit name, all of them at once, before the
+  module reads anything.
+- :func:`plan_unit` turns a unit request and the unit's state (``_converged.parse_units``' form: ``load``,
+  ``enabled`` (systemd's UnitFileState), ``active``) into the systemctl verbs to run, and the state they leave.
+- :func:`predicted_state` is what check mode plans against for a unit that is not installed yet: the state its unit
+  file (written by the same call) or its package (``package_default``: an earlier task only pretended to install it)
+  would give it, so that check mode reports exactly what the real run will do.
+"""
+
+from __future__ import annotations
+
+import re
+import typing as t
+
+# Where unit files and drop-ins live: a change there needs one ``systemctl daemon-reload``.
+SYSTEMD_DIRS = ("/etc/systemd/", "/usr/lib/systemd/", "/lib/systemd/", "/run/systemd/")
+UNIT_NAME = re.compile(r"[A-Za-z0-9_:.@\\][A-Za-z0-9_:.@\\-]{0,240}\.(?:service|socket|timer|target|path|mount|automount|swap|slice)\Z")
+MODE = re.compile(r"0?[0-7]{3,4}\Z")
+# A user or group name as useradd takes it (a trailing $ for machine accounts), or a numeric id.
+ACCOUNT = re.compile(r"(?:[A-Za-z_][A-Za-z0-9_.-]{0,31}\$?|[0-9]{1,10})\Z")
+MAX_PATH = 4096
+
+# systemd's UnitFileState values, by what enable/disable does to them.
+ENABLED = ("enabled", "alias")
+DISABLE = ("enabled", "enabled-runtime", "linked", "linked-runtime")
+# No enablement to switch: no [Install] section (static), or made by something else.
+NOT_SWITCHABLE = ("static", "indirect", "generated", "transient")
+MASKED = ("masked", "masked-runtime")
+RUNNING = ("active", "activating", "reloading", "refreshing")
+STOPPABLE = RUNNING + ("deactivating",)
+UNIT_STATES = ("started", "stopped")
+
+
+def path_problem(path: t.Any) -> str | None:
+    """Why ``path`` is not a plain absolute path the module may touch; None when it is."""
+    if not isinstance(path, str) or not path:
+        return "is not a path"
+    if "\x00" in path or "\n" in path or "\r" in path:
+        return "holds a NUL or line-break character"
+    if not path.startswith("/"):
+        return "is not an absolute path"
+    if len(path) > MAX_PATH:
+        return "is longer than %d characters" % MAX_PATH
+    if path != "/" and path.endswith("/"):
+        return "ends with /"
+    if any(part in (".", "..") for part in path.split("/")):
+        return "has a . or .. component"
+    if "//" in path:
+        return "has an empty component (//)"
+    if path == "/":
+        return "is the root directory"
+    return None
+
+
+def _attr_problems(where: str, item: t.Mapping[str, t.Any]) -> list[str]:
+    problems = []
+    mode = item.get("mode")
+    if mode is not None and not MODE.match(str(mode)):
+        problems.append("%s: mode %r is not an octal mode string such as '0644'" % (where, mode))
+    for key in ("owner", "group"):
+        value = item.get(key)
+        if value is not None and not ACCOUNT.match(str(value)):
+            problems.append("%s: %s %r is not a user or group name" % (where, key, value))
+    return problems
+
+
+def _path_problems(where: str, path: t.Any) -> list[str]:
+    problem = path_problem(path)
+    return [] if problem is None else ["%s: path %r %s" % (where, path, problem)]
+
+
+def check_request(directories: t.Sequence[t.Mapping[str, t.Any]], files: t.Sequence[t.Mapping[str, t.Any]],
+                  absent: t.Sequence[str], units: t.Sequence[t.Mapping[str, t.Any]]) -> list[str]:
+    """Every problem of a request, as sentences; nothing on the host is read."""
+    problems: list[str] = []
+    seen: dict[str, str] = {}
+
+    def claim(path: t.Any, where: str) -> None:
+        if path_problem(path) is not None:
+            return
+        if path in seen:
+            problems.append("%s: path %s is also %s" % (where, path, seen[path]))
+        else:
+            seen[path] = where
+
+    for index, item in enumerate(directories):
+        where = "directories[%d]" % index
+        problems += _path_problems(where, item.get("path")) + _attr_problems(where, item)
+        claim(item.get("path"), where)
+    for index, item in enumerate(files):
+        where = "files[%d]" % index
+        problems += _path_problems(where, item.get("path")) + _attr_problems(where, item)
+        claim(item.get("path"), where)
+    for index, path in enumerate(absent):
+        where = "absent[%d]" % index
+        problems += _path_problems(where, path)
+        claim(path, where)
+    file_paths = {item.get("path") for item in files}
+    changing = file_paths | set(absent)
+    names: set[str] = set()
+    for index, unit in enumerate(units):
+        name = unit.get("name")
+        where = "units[%d]" % index
+        if not isinstance(name, str) or not UNIT_NAME.match(name):
+            problems.append("%s: %r is not a systemd unit name (name.service, .socket, .timer, ...)" % (where, name))
+        elif name in names:
+            problems.append("%s: unit %s is listed twice" % (where, name))
+        names.add(str(name))
+        if unit.get("state") not in (None,) + UNIT_STATES:
+            problems.append("%s: state %r is not one of started, stopped" % (where, unit.get("state")))
+        if unit.get("masked") and (unit.get("enabled") or unit.get("state") == "started"):
+            problems.append("%s: a masked unit cannot be enabled or started" % where)
+        for key in ("start_if_exists", "switch_if_exists"):
+            if unit.get(key) is not None:
+                problems += _path_problems("%s.%s" % (where, key), unit.get(key))
+        for path in unit.get("restart_when_changed") or []:
+            if path not in changing:
+                problems.append("%s: restart_when_changed names %r, which is not in files or absent" % (where, path))
+        default = unit.get("package_default")
+        if default is not None and default not in ("enabled", "disabled", "static"):
+            problems.append("%s: package_default %r is not one of enabled, disabled, static" % (where, default))
+    return problems
+
+
+def is_unit_file(path: str) -> bool:
+    """Whether a change of ``path`` needs ``systemctl daemon-reload`` (a unit file or a drop-in)."""
+    return path.startswith(SYSTEMD_DIRS)
+
+
+def unit_file_state(content: str) -> str:
+    """The UnitFileState systemd gives a new unit file: ``disabled`` with an [Install] section, else ``static``."""
+    for line in content.splitlines():
+        if line.strip() == "[Install]":
+            return "disabled"
+    return "static"
+
+
+def predicted_state(name: str, found: t.Mapping[str, str], written: t.Mapping[str, str],
+                    package_default: str | None) -> dict[str, str] | None:
+    """Check mode: the state a unit that systemd does not know yet would have in the real run; None when unknown.
+
+    ``written`` maps the unit files this call writes (path -> content). A unit file of ``name`` among them: the
+    state systemd gives it after the daemon-reload (:func:`unit_file_state`). Else ``package_default``: the state its
+    package leaves it in, when an earlier task only pretended to install the package (Debian's packages enable
+    their services; Ubuntu's nvidia-persistenced is static).
+    """
+    if found.get("load") != "not-found":
+        return dict(found)
+    for path, content in written.items():
+        if path.startswith(SYSTEMD_DIRS) and path.rsplit("/", 1)[-1] == name:
+            return {"load": "loaded", "enabled": unit_file_state(content), "active": "inactive"}
+    if package_default is not None:
+        return {"load": "loaded", "enabled": package_default, "active": "inactive"}
+    return None
+
+
+def needs_unit(unit: t.Mapping[str, t.Any]) -> bool:
+    """Whether a request asks anything of a unit that only an installed unit can give (enable, unmask, start)."""
+    return bool(unit.get("enabled")) or unit.get("state") == "started"
+
+
+def plan_unit(unit: t.Mapping[str, t.Any], state: t.Mapping[str, str], start_ok: bool = True,
+              switch_ok: bool = True) -> tuple[list[str], dict[str, str], list[str]]:
+    """The systemctl verbs for ``unit`` in ``state``, the state they leave, and notes on what was left alone.
+
+    Order: unmask or mask, enable or disable, start or stop. ``start_ok``: the unit's ``start_if_exists`` path
+    exists (no start without it). ``switch_ok``: its ``switch_if_exists`` path exists (no mask, unmask, enable or
+    disable without it). After an unmask the enablement is not known until systemd is asked again (``unknown``):
+    the module asks before it goes on; check mode plans with ``unknown``, which still predicts the change.
+    """
+    verbs: list[str] = []
+    notes: list[str] = []
+    after = dict(state)
+    name = unit.get("name")
+    if after.get("load") == "not-found":
+        if unit.get("masked") and switch_ok:
+            return ["mask"], dict(after, load="masked", enabled="masked"), notes
+        notes.append("%s is not installed: nothing to switch" % name)
+        return [], after, notes
+    masked = after.get("load") == "masked" or after.get("enabled") in MASKED
+    if switch_ok and unit.get("masked") is True and not masked:
+        verbs.append("mask")
+        after.update(load="masked", enabled="masked")
+        masked = True
+    elif switch_ok and unit.get("masked") is False and masked:
+        verbs.append("unmask")
+        after.update(load="loaded", enabled="unknown")
+        masked = False
+    if switch_ok and unit.get("enabled") is not None and not masked:
+        if after.get("enabled") in NOT_SWITCHABLE:
+            notes.append("%s is %s: it has no enablement to switch" % (name, after.get("enabled")))
+        elif unit["enabled"] and after.get("enabled") not in ENABLED:
+            verbs.append("enable")
+            after["enabled"] = "enabled"
+        elif not unit["enabled"] and after.get("enabled") in DISABLE:
+            verbs.append("disable")
+            after["enabled"] = "disabled"
+    if unit.get("state") == "started" and not masked:
+        if not start_ok:
+            notes.append("%s is not started: %s does not exist" % (name, unit.get("start_if_exists")))
+        elif after.get("active") not in RUNNING:
+            verbs.append("start")
+            after["active"] = "active"
+    elif unit.get("state") == "stopped" and after.get("active") in STOPPABLE:
+        verbs.append("stop")
+        after["active"] = "inactive"
+    return verbs, after, notes
+
+
+def needs_restart(unit: t.Mapping[str, t.Any], verbs: t.Sequence[str], after: t.Mapping[str, str], changed_paths: t.Collection[str]) -> bool:
+    """Whether to restart ``unit``: one of its ``restart_when_changed`` paths changed, and it runs and was not just started."""
+    if not set(unit.get("restart_when_changed") or []) & set(changed_paths):
+        return False
+    return after.get("active") in RUNNING and "start" not in verbs and after.get("load") != "masked"
+
+
+def describe(verbs: t.Sequence[str]) -> str:
+    """``changed_units`` text: the verbs as past participles (``unmasked, enabled, started``)."""
+    words = {"mask": "masked", "unmask": "unmasked", "enable": "enabled", "disable": "disabled", "start": "started",
+             "stop": "stopped", "restart": "restarted"}
+    return ", ".join(words.get(verb, verb) for verb in verbs)

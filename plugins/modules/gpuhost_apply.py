@@ -1,0 +1,454 @@
+#!/usr/bin/python
+# Copyright (c) gpuhost.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: gpuhost_apply
+short_description: Apply a role's directories, files and systemd units in one call
+version_added: 0.1.0
+description:
+  - What a role would do with a chain of C(file), C(template), C(copy), C(stat) and C(systemd_service) tasks - each one
+    remote call, two for C(template) and C(copy) - in one call. The roles of this collection use it for the files and
+    units they manage.
+  - Every path, mode, owner, group and unit name is checked before anything is read; all the problems are reported
+    together.
+  - "The order: O(directories) (created with their parents, then owner, group and mode set); O(files) (written
+    atomically through a temporary file, only when the bytes differ, then owner, group and mode set); one
+    C(systemctl daemon-reload) when a written file is a unit file or drop-in (under C(/etc/systemd/),
+    C(/usr/lib/systemd/), C(/lib/systemd/) or C(/run/systemd/)); then the O(units) (unmask or mask, enable or disable,
+    start or stop); then O(absent) (so that a unit is disabled before its unit file goes, which systemd requires);
+    one more C(daemon-reload) when a removed file was a unit file or drop-in; last the restarts of running units one
+    of whose O(units[].restart_when_changed) paths changed."
+  - The units' load, enablement and active state are read with one C(systemctl show) up front (and once more after a
+    real C(daemon-reload) or C(unmask), which change them).
+  - Check mode changes nothing and reports exactly what the real run would - a unit whose unit file this call writes,
+    or whose package an earlier task only pretended to install (O(units[].package_default)), is planned from the
+    state the real run would find it in, and a directory this call would create is taken as existing for the files
+    in it.
+author:
+  - gpuhost.nvidia developers (@gpuhost)
+attributes:
+  check_mode:
+    support: full
+    description: Nothing is created, written, removed, reloaded or switched; the result says what the real run would change.
+  diff_mode:
+    support: full
+    description: One before/after diff per changed file and per removed file.
+  safe_file_operations:
+    support: full
+    description: Files are written through a temporary file in their directory and an atomic move.
+  platform:
+    support: full
+    platforms: posix
+    description: Linux hosts; O(units) need systemd.
+options:
+  directories:
+    description:
+      - Directories to ensure, with their missing parents (created with the same mode).
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      path:
+        description: An absolute path without C(.) or C(..) components.
+        type: str
+        required: true
+      owner:
+        description: A user name or id.
+        type: str
+      group:
+        description: A group name or id.
+        type: str
+      mode:
+        description: An octal mode string such as V('0755').
+        type: str
+  files:
+    description:
+      - Files to write. The content is rendered on the controller, for example with
+        C(lookup('ansible.builtin.template', ...)) or C(lookup('ansible.builtin.file', ...)).
+      - The file's directory must exist, or be in O(directories).
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      path:
+        description: An absolute path without C(.) or C(..) components.
+        type: str
+        required: true
+      content:
+        description: The whole content of the file, as text (written as UTF-8).
+        type: str
+        required: true
+      owner:
+        description: A user name or id.
+        type: str
+      group:
+        description: A group name or id.
+        type: str
+      mode:
+        description: An octal mode string such as V('0644').
+        type: str
+      backup:
+        description: Keep a timestamped copy of the file before it is replaced (RV(backups)).
+        type: bool
+        default: false
+  absent:
+    description:
+      - Paths to remove. A file (or a link) is removed; a directory only when it is empty once the earlier entries of
+        this list are gone (a directory another role still uses stays, and is not an error).
+    type: list
+    elements: str
+    default: []
+  units:
+    description:
+      - systemd units to switch. An option left out leaves that part of the unit alone.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      name:
+        description: The unit's name, with its suffix (V(nvidia-persistenced.service)).
+        type: str
+        required: true
+      enabled:
+        description:
+          - Enable or disable the unit. A unit without enablement (static, indirect, generated) is left alone and
+            RV(notes) says so.
+        type: bool
+      masked:
+        description: Mask or unmask the unit.
+        type: bool
+      state:
+        description: V(started) or V(stopped).
+        type: str
+        choices: [started, stopped]
+      start_if_exists:
+        description:
+          - O(units[].state=started) only when this path exists when the call starts (a daemon that needs a loaded driver,
+            C(/proc/driver/nvidia/version)). Without it the unit is not started, and RV(notes) says why.
+        type: str
+      switch_if_exists:
+        description:
+          - Mask, unmask, enable or disable the unit only when this path exists when the call starts (a record of a mask
+            the role made, which O(state=absent) of a role undoes and nothing else).
+        type: str
+      restart_when_changed:
+        description:
+          - Paths of O(files) or O(absent); when one of them changed, the unit is restarted if it runs (and not just
+            started by this call).
+        type: list
+        elements: str
+        default: []
+      package_default:
+        description:
+          - Check mode only - the unit's enablement right after its package installs it (V(enabled), V(disabled) or
+            V(static)), used when systemd does not know the unit because an earlier task only pretended to install the
+            package. Without it such a unit is reported in RV(missing_units) and counts as a change, since the real run
+            would install it. Outside check mode a unit that is not installed but asked to be enabled or started fails
+            the task.
+        type: str
+        choices: [enabled, disabled, static]
+seealso:
+  - module: gpuhost.nvidia.gpuhost_converged
+notes:
+  - Unit files and drop-ins are recognised by their directory; a unit file of a unit listed in O(units) that this call
+    writes for the first time is loaded by the C(daemon-reload) before the unit is switched.
+"""
+
+EXAMPLES = r"""
+- name: Install the boot-time settings unit, its script and spec, and switch the units, in one call
+  gpuhost.nvidia.gpuhost_apply:
+    directories:
+      - {path: /usr/local/libexec/gpuhost, owner: root, group: root, mode: "0755"}
+      - {path: /etc/systemd/system/nvidia-persistenced.service.d, owner: root, group: root, mode: "0755"}
+    files:
+      - path: /usr/local/libexec/gpuhost/gpu-settings
+        content: "{{ lookup('ansible.builtin.file', 'gpuhost-gpu-settings') }}"
+        owner: root
+        group: root
+        mode: "0644"
+      - path: /etc/systemd/system/nvidia-persistenced.service.d/gpuhost-persistence-mode.conf
+        content: "{{ lookup('ansible.builtin.template', 'nvidia-persistenced-dropin.conf.j2') }}"
+        owner: root
+        group: root
+        mode: "0644"
+    units:
+      - name: nvidia-persistenced.service
+        masked: false
+        enabled: true
+        state: started
+        start_if_exists: /proc/driver/nvidia/version
+        restart_when_changed: [/etc/systemd/system/nvidia-persistenced.service.d/gpuhost-persistence-mode.conf]
+  register: __applied
+
+- name: Remove them again; the directory goes when nothing else is in it
+  gpuhost.nvidia.gpuhost_apply:
+    units:
+      - {name: gpuhost-gpu-settings.service, enabled: false}
+    absent:
+      - /etc/systemd/system/gpuhost-gpu-settings.service
+      - /usr/local/libexec/gpuhost/gpu-settings
+      - /usr/local/libexec/gpuhost
+"""
+
+RETURN = r"""
+changed_files:
+  description: The directories and files created, rewritten, or given another owner, group or mode.
+  returned: always
+  type: list
+  elements: str
+  sample: [/etc/systemd/system/gpuhost-gpu-settings.service]
+removed:
+  description: The paths of O(absent) that were removed.
+  returned: always
+  type: list
+  elements: str
+  sample: [/usr/local/libexec/gpuhost/gpu-settings]
+changed_units:
+  description: What changed per unit, as past participles in the order done.
+  returned: always
+  type: dict
+  sample: {"nvidia-persistenced.service": "unmasked, enabled", "gpuhost-gpu-settings.service": "enabled"}
+units:
+  description:
+    - Each unit's state before the switches - C(load) (systemd's LoadState), C(enabled) (UnitFileState) and C(active)
+      (ActiveState) - as systemd reports it after this call's C(daemon-reload), or in check mode as predicted.
+  returned: always
+  type: dict
+  sample: {"nvidia-persistenced.service": {"load": "loaded", "enabled": "static", "active": "inactive"}}
+missing_units:
+  description: Units systemd does not know, that were asked to be enabled or started (check mode only; the real run fails).
+  returned: always
+  type: list
+  elements: str
+  sample: []
+notes:
+  description: What was left alone and why (a static unit's enablement, a start without its O(units[].start_if_exists) path).
+  returned: always
+  type: list
+  elements: str
+  sample: ["nvidia-persistenced.service is not started: /proc/driver/nvidia/version does not exist"]
+daemon_reloaded:
+  description: Whether C(systemctl daemon-reload) ran (in check mode - would run).
+  returned: always
+  type: bool
+  sample: true
+backups:
+  description: The backup copy of each replaced file with O(files[].backup=true).
+  returned: always
+  type: dict
+  sample: {"/etc/gpuhost/gpu_settings.json": "/etc/gpuhost/gpu_settings.json.12345.2026-11-24@12:00:00~"}
+"""
+
+import os
+import typing as t
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.common.text.converters import to_bytes
+
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _apply, _converged, _files
+
+C_ENV = {"LC_ALL": "C", "LANGUAGE": "C"}
+ATTRS = dict(owner=dict(type="str"), group=dict(type="str"), mode=dict(type="str"))
+
+
+class Applier:
+    """The host side: reads, writes and systemctl calls; every decision is _apply's."""
+
+    def __init__(self, module: AnsibleModule):
+        self.module = module
+        self.check = module.check_mode
+        self.changed_files: list[str] = []
+        self.removed: list[str] = []
+        self.diffs: list[dict[str, t.Any]] = []
+        self.backups: dict[str, str] = {}
+        self.created: set[str] = set()  # directories created (or, in check mode, that would be)
+
+    def fail(self, msg: str, **kwargs: t.Any) -> t.NoReturn:
+        self.module.fail_json(msg=msg, changed_files=self.changed_files, removed=self.removed, **kwargs)
+        raise AssertionError("fail_json returned")  # pragma: no cover
+
+    def attrs(self, path: str, item: t.Mapping[str, t.Any], changed: bool) -> bool:
+        args = {"path": path, "owner": item.get("owner"), "group": item.get("group"), "mode": item.get("mode"),
+                "attributes": None, "secontext": [None, None, None]}
+        return self.module.set_fs_attributes_if_different(args, changed, diff=None, expand=False)
+
+    def directory(self, item: t.Mapping[str, t.Any]) -> None:
+        path = item["path"]
+        if _files.check_directory(path, "directories"):
+            changed = self.attrs(path, item, path in self.created)
+        elif path in self.created:  # check mode: a parent of an earlier entry, which would be created
+            changed = False
+        else:
+            changed = True
+            parent = path
+            while not os.path.isdir(parent):
+                self.created.add(parent)
+                parent = os.path.dirname(parent)
+            if not self.check:
+                _files.make_dirs(path, "directories", int(item["mode"], 8) if item.get("mode") else 0o755)
+                self.attrs(path, item, True)
+        if changed:
+            self.changed_files.append(path)
+
+    def file(self, item: t.Mapping[str, t.Any]) -> bool:
+        path = item["path"]
+        content = to_bytes(item["content"], errors="surrogate_or_strict")
+        if self.check and os.path.dirname(path) in self.created:
+            result = _files.WriteResult(changed=True, content_changed=True, existed=False, diff=_files.make_diff(path, None, content))
+        else:
+            result = _files.write_file(self.module, path, content, backup=bool(item.get("backup")), what="files", file_args=False)
+            if result.existed or not self.check:
+                result.changed = self.attrs(path, item, result.changed)
+        if result.changed:
+            self.changed_files.append(path)
+            if result.content_changed:
+                self.diffs.append(result.diff)
+        if result.backup_file:
+            self.backups[path] = result.backup_file
+        return result.content_changed
+
+    def remove(self, path: str) -> None:
+        if os.path.isdir(path) and not os.path.islink(path):
+            left = set(os.listdir(path)) - {os.path.basename(p) for p in self.removed if os.path.dirname(p) == path}
+            if left:
+                return
+            if not self.check:
+                try:
+                    os.rmdir(path)
+                except OSError as exc:
+                    self.fail("absent: directory %r cannot be removed: %s" % (path, exc.strerror or exc))
+            self.removed.append(path)
+            return
+        before = _files.read_bytes(path, "absent") if os.path.lexists(path) else None
+        if before is None:
+            return
+        if not self.check:
+            _files.remove(path, "absent")
+        self.removed.append(path)
+        self.diffs.append({"before": before.decode("utf-8", errors="replace"), "after": "",
+                           "before_header": path, "after_header": "%s (absent)" % path})
+
+    def systemctl(self, *args: str) -> str:
+        argv = [self.module.get_bin_path("systemctl", required=True)] + list(args)
+        rc, out, err = self.module.run_command(argv, environ_update=C_ENV)
+        if rc != 0:
+            self.fail("systemctl %s failed: %s" % (" ".join(args), (err or out).strip()), rc=rc, cmd=argv)
+        return out
+
+    def unit_states(self, names: list[str]) -> dict[str, dict[str, str]]:
+        argv = _converged.unit_command(names)
+        return _converged.parse_units(names, self.systemctl(*argv[1:]))
+
+
+def check(module: AnsibleModule) -> None:
+    params = module.params
+    problems = _apply.check_request(params["directories"], params["files"], params["absent"], params["units"])
+    if problems:
+        module.fail_json(msg="gpuhost_apply: %s" % "; ".join(problems), problems=problems)
+
+
+def switch_units(run: Applier, units: list[dict[str, t.Any]], states: dict[str, dict[str, str]], written: dict[str, str],
+                 exists: dict[str, bool]) -> tuple[dict[str, list[str]], dict[str, dict[str, str]], list[str], list[str]]:
+    """Plan and switch each unit; the verbs done, the state each was left in, the notes, the missing units."""
+    done: dict[str, list[str]] = {}
+    after: dict[str, dict[str, str]] = {}
+    notes: list[str] = []
+    missing: list[str] = []
+    for unit in units:
+        name = unit["name"]
+        state = states[name]
+        if state.get("load") == "not-found" and _apply.needs_unit(unit):
+            predicted = _apply.predicted_state(name, state, written, unit.get("package_default")) if run.check else None
+            if predicted is None:
+                if not run.check:
+                    run.fail("unit %s is not installed: it cannot be enabled or started" % name, units=states)
+                missing.append(name)
+                done[name] = ["installed"]  # the real run must install it (or fails)
+                continue
+            state = states[name] = predicted
+        start_ok = not unit.get("start_if_exists") or exists[unit["start_if_exists"]]
+        switch_ok = not unit.get("switch_if_exists") or exists[unit["switch_if_exists"]]
+        verbs, left, unit_notes = _apply.plan_unit(unit, state, start_ok, switch_ok)
+        if verbs[:1] == ["unmask"] and not run.check:
+            run.systemctl("unmask", "--", name)
+            left = run.unit_states([name])[name]  # the enablement the unmask uncovered
+            rest, left, unit_notes = _apply.plan_unit(dict(unit, masked=None), left, start_ok, switch_ok)
+            verbs = ["unmask"] + rest
+            for verb in rest:
+                run.systemctl(verb, "--", name)
+        elif not run.check:
+            for verb in verbs:
+                run.systemctl(verb, "--", name)
+        notes += unit_notes
+        after[name] = left
+        if verbs:
+            done[name] = verbs
+    return done, after, notes, missing
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec=dict(
+            directories=dict(type="list", elements="dict", default=[], options=dict(path=dict(type="str", required=True), **ATTRS)),
+            files=dict(type="list", elements="dict", default=[], options=dict(
+                path=dict(type="str", required=True), content=dict(type="str", required=True, no_log=False),
+                backup=dict(type="bool", default=False), **ATTRS)),
+            absent=dict(type="list", elements="str", default=[]),
+            units=dict(type="list", elements="dict", default=[], options=dict(
+                name=dict(type="str", required=True), enabled=dict(type="bool"), masked=dict(type="bool"),
+                state=dict(type="str", choices=list(_apply.UNIT_STATES)), start_if_exists=dict(type="str"),
+                switch_if_exists=dict(type="str"), restart_when_changed=dict(type="list", elements="str", default=[]),
+                package_default=dict(type="str", choices=["enabled", "disabled", "static"]))),
+        ),
+        supports_check_mode=True,
+    )
+    check(module)
+    params = module.params
+    run = Applier(module)
+    units = params["units"]
+    # Read before anything changes: a start or switch condition is about the host as the call found it.
+    conditions = {unit[key] for unit in units for key in ("start_if_exists", "switch_if_exists") if unit.get(key)}
+    exists = {path: os.path.exists(path) for path in conditions}
+    try:
+        for item in params["directories"]:
+            run.directory(item)
+        written = {}
+        content_changed = []
+        for item in params["files"]:
+            if run.file(item):
+                content_changed.append(item["path"])
+            written[item["path"]] = item["content"]
+        states = run.unit_states([unit["name"] for unit in units]) if units else {}
+        reloaded = any(_apply.is_unit_file(path) for path in content_changed)
+        if reloaded and not run.check:
+            run.systemctl("daemon-reload")
+            states = run.unit_states([unit["name"] for unit in units]) if units else {}
+        done, after, notes, missing = switch_units(run, units, states, {p: written[p] for p in content_changed}, exists)
+        for path in params["absent"]:
+            run.remove(path)
+        if any(_apply.is_unit_file(path) for path in run.removed):
+            reloaded = True
+            if not run.check:
+                run.systemctl("daemon-reload")
+        changed_paths = set(run.changed_files) | set(run.removed)
+        for unit in units:
+            if unit["name"] in after and _apply.needs_restart(unit, done.get(unit["name"], []), after[unit["name"]], changed_paths):
+                if not run.check:
+                    run.systemctl("restart", "--", unit["name"])
+                done.setdefault(unit["name"], []).append("restart")
+    except _files.FileError as exc:
+        run.fail(str(exc), path=exc.path)
+    changed_units = {name: _apply.describe(verbs) for name, verbs in done.items()}
+    changed = bool(run.changed_files or run.removed or changed_units)
+    result: dict[str, t.Any] = dict(changed=changed, changed_files=run.changed_files, removed=run.removed, changed_units=changed_units,
+                                    units=states, missing_units=missing, notes=notes, daemon_reloaded=reloaded, backups=run.backups,
+                                    diff=run.diffs)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
