@@ -22,6 +22,9 @@ description:
     it never writes then. Roles that use a repository another role configured check its key this way.
   - The key is parsed in Python (OpenPGP packet framing and version 4, 5 and 6 key fingerprints); C(gpg) is not
     needed on the managed host. Secret keys and packets that a public key does not hold are refused.
+  - O(files) writes the text files that name the key (an apt C(.sources) file with C(Signed-By), an apt preferences
+    file) in the same call, only after the key passed the check, so that a repository costs one module call instead
+    of one per file.
 author:
   - gpuhost.nvidia developers (@gpuhost)
 extends_documentation_fragment:
@@ -90,6 +93,23 @@ options:
     description: Check the TLS certificate of an C(https) O(url).
     type: bool
     default: true
+  files:
+    description:
+      - Text files written after the key passed the fingerprint check (never when it failed), each atomically, with
+        the same O(mode), O(owner) and O(group) as O(dest); a file whose O(files[].content) is null is removed.
+      - Refused without O(url) and O(src) (the check-only call writes nothing), and for a path that is O(dest) or is
+        given twice. The directory of each file must exist.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      path:
+        description: The file, an absolute path.
+        type: path
+        required: true
+      content:
+        description: The file's whole text; null removes the file.
+        type: str
 seealso:
   - name: RFC 9580, OpenPGP
     description: Packet framing (section 4.2), key fingerprints (section 5.5.4) and ASCII armour (section 6).
@@ -108,6 +128,23 @@ EXAMPLES = r"""
     fingerprint: EB69 3B30 35CD 5710 E231  E123 A4B4 6996 3BF8 63CC
     dest: /etc/apt/keyrings/gpuhost-nvidia-cuda.gpg
     mode: "0644"
+
+- name: Install the key, then (in the same call) the deb822 source signed by it and no apt preferences hold
+  gpuhost.nvidia.repository_key:
+    url: https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/3bf863cc.pub
+    fingerprint: EB693B3035CD5710E231E123A4B469963BF863CC
+    dest: /etc/apt/keyrings/gpuhost-nvidia-cuda.gpg
+    mode: "0644"
+    files:
+      - path: /etc/apt/sources.list.d/gpuhost-nvidia-cuda.sources
+        content: |
+          Types: deb
+          URIs: https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/
+          Suites: /
+          Signed-By: /etc/apt/keyrings/gpuhost-nvidia-cuda.gpg
+      - path: /etc/apt/preferences.d/gpuhost-nvidia-cuda.pref
+        content: null
+  register: cuda_repository
 
 - name: Install the same key for dnf's gpgkey=
   gpuhost.nvidia.repository_key:
@@ -150,6 +187,17 @@ format:
   returned: always
   type: str
   sample: binary
+key_changed:
+  description: Whether O(dest) changed (in check mode, would change); RV(changed) also counts O(files).
+  returned: always
+  type: bool
+  sample: true
+files:
+  description: Each of O(files), in order, with whether it changed (in check mode, would change) and whether it exists after the run.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{path: /etc/apt/sources.list.d/gpuhost-nvidia-cuda.sources, changed: true, exists: true}]
 """
 
 import os
@@ -165,6 +213,7 @@ RULES: dict[str, _validate.Rule] = {
     "url": _gpg.KEY_URL,
     "src": _validate.Path(),
     "dest": _validate.Path(),
+    "files": _validate.ListOf(_validate.Fields({"path": _validate.Path()}), max_items=16),
 }
 
 
@@ -187,6 +236,44 @@ def fetch(module: AnsibleModule, url: str | None, src: str | None) -> tuple[byte
     return data, t.cast(str, url)
 
 
+def files_error(files: list[dict[str, t.Any]], dest: str, has_source: bool) -> str | None:
+    """Why O(files) cannot be written with this call, or None."""
+    if not files:
+        return None
+    if not has_source:
+        return "files: only written with url or src (the check-only call writes nothing)"
+    paths = [os.path.abspath(item["path"]) for item in files]
+    if dest in paths:
+        return "files: %s is dest, the key file" % dest
+    twice = sorted({path for path in paths if paths.count(path) > 1})
+    if twice:
+        return "files: %s given twice" % ", ".join(twice)
+    return None
+
+
+def write_files(module: AnsibleModule, files: list[dict[str, t.Any]]) -> tuple[list[dict[str, t.Any]], list[dict[str, t.Any]]]:
+    """Write or remove each file (nothing in check mode); each one's outcome and the diffs of those that change."""
+    outcomes, diffs = [], []
+    for item in files:
+        path = os.path.abspath(item["path"])
+        try:
+            if item["content"] is None:
+                before = _files.read_bytes(path, "files")
+                if before is not None and not module.check_mode:
+                    _files.remove(path, "files")
+                changed, exists = before is not None, False
+                diff = dict(_files.make_diff(path, before, b""), after_header="%s (absent)" % path)
+            else:
+                written = _files.write_file(module, path, item["content"].encode("utf-8"), what="files")
+                changed, exists, diff = written.changed, True, written.diff
+        except _files.FileError as exc:
+            module.fail_json(msg=str(exc), path=exc.path)
+        outcomes.append({"path": path, "changed": changed, "exists": exists})
+        if changed:
+            diffs.append(diff)
+    return outcomes, diffs
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec=dict(
@@ -198,6 +285,10 @@ def main() -> None:
             refresh=dict(type="bool", default=False),
             timeout=dict(type="int", default=30),
             validate_certs=dict(type="bool", default=True),
+            files=dict(type="list", elements="dict", default=[], options=dict(
+                path=dict(type="path", required=True),
+                content=dict(type="str"),
+            )),
         ),
         mutually_exclusive=[("url", "src")],
         add_file_common_args=True,
@@ -213,6 +304,9 @@ def main() -> None:
         module.fail_json(msg="; ".join(errors), errors=errors)
     pinned = _gpg.normalize_fingerprint(params["fingerprint"])
     dest = os.path.abspath(params["dest"])
+    problem = files_error(params["files"], dest, bool(params["url"] or params["src"]))
+    if problem:
+        module.fail_json(msg=problem, errors=[problem])
 
     # Read what is installed.
     try:
@@ -220,7 +314,7 @@ def main() -> None:
     except _files.FileError as exc:
         module.fail_json(msg=str(exc), path=exc.path)
     result: dict[str, t.Any] = dict(changed=False, dest=dest, fingerprint=pinned, fingerprints=installed.fingerprints, fetched=False,
-                                    format=_gpg.file_format(installed))
+                                    format=_gpg.file_format(installed), key_changed=False, files=[])
 
     # Without a source: only check.
     if not (params["url"] or params["src"]):
@@ -236,8 +330,13 @@ def main() -> None:
     except _gpg.GpgError as exc:
         module.fail_json(msg="%s. Nothing was installed. Check the URL, or pin the new key's fingerprint." % exc, **result)
 
-    # Act: the directory, then the file (write_file writes nothing in check mode, and applies mode and owner).
+    # Act: the directory, then the file (write_file writes nothing in check mode, and applies mode and owner), then the
+    # files that name the key, whose directories must be there before anything is written.
     try:
+        for item in params["files"]:
+            path = os.path.abspath(item["path"])
+            if item["content"] is not None and not _files.check_directory(os.path.dirname(path), "files"):
+                module.fail_json(msg="files %r: its directory %r does not exist. Nothing was installed." % (path, os.path.dirname(path)), **result)
         missing_dir = not _files.check_directory(os.path.dirname(dest), "dest")
         if missing_dir and not module.check_mode:
             _files.make_dirs(os.path.dirname(dest), "dest")
@@ -247,13 +346,18 @@ def main() -> None:
         changed = True  # no directory yet, so no file: write_file cannot even look
     else:
         changed = _files.write_file(module, dest, planned.content, what="dest").changed or missing_dir
-    result.update(changed=changed, fetched=planned.fetched, fingerprints=planned.key.fingerprints, format=params["format"])
+    result.update(changed=changed, key_changed=changed, fetched=planned.fetched, fingerprints=planned.key.fingerprints, format=params["format"])
     result["diff"] = {
         "before": _gpg.describe(installed),
         "after": "format: %s\n%s" % (params["format"], planned.key.describe()),
         "before_header": dest if installed.data is not None else "%s (absent)" % dest,
         "after_header": dest,
     }
+    # The files that name the key, now that it passed the check.
+    if params["files"]:
+        result["files"], diffs = write_files(module, params["files"])
+        result["changed"] = changed or any(item["changed"] for item in result["files"])
+        result["diff"] = [result["diff"]] + diffs
     module.exit_json(**result)
 
 

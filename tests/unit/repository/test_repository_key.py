@@ -171,3 +171,76 @@ def test_fetches_over_http(run_module, tmp_path, keys, repo):
         assert missing["failed"] and missing["msg"].startswith("cannot fetch the key at %s/nothing.asc: " % base) and missing["status"] == 404
     finally:
         server.shutdown()
+
+
+def with_files(tmp_path, keys, pin="Package: a b\nPin: version 1.17.8-*\nPin-Priority: 1001\n", **extra):
+    """The key plus the files that name it (apt's .sources file and preferences hold), as internal_repository passes them."""
+    (tmp_path / "sources.list.d").mkdir(exist_ok=True)
+    (tmp_path / "preferences.d").mkdir(exist_ok=True)
+    files = [{"path": str(tmp_path / "sources.list.d" / "test.sources"), "content": "Types: deb\nSigned-By: /etc/keyrings/test.gpg\n"},
+             {"path": str(tmp_path / "preferences.d" / "test.pref"), "content": pin}]
+    return args(tmp_path, keys, files=files, **extra)
+
+
+def test_writes_the_files_that_name_the_key_in_the_same_call(run_module, tmp_path, keys, repo):
+    options = with_files(tmp_path, keys)
+    predicted = run_module(repository_key, options, check_mode=True)
+    assert not (tmp_path / "etc").exists() and not list((tmp_path / "sources.list.d").iterdir())
+    first = run_module(repository_key, options)
+    for result in (predicted, first):
+        assert (result["changed"], result["key_changed"]) == (True, True)
+        assert [(f["path"].rsplit("/", 1)[1], f["changed"], f["exists"]) for f in result["files"]] == [
+            ("test.sources", True, True), ("test.pref", True, True)]
+        assert [d["after_header"].rsplit("/", 1)[1] for d in result["diff"]] == ["test.gpg", "test.sources", "test.pref"]
+    sources = tmp_path / "sources.list.d" / "test.sources"
+    assert sources.read_text() == "Types: deb\nSigned-By: /etc/keyrings/test.gpg\n" and stat.S_IMODE(sources.stat().st_mode) == 0o644
+    assert (tmp_path / "preferences.d" / "test.pref").read_text().startswith("Package: a b\n")
+    for check_mode in (True, False):
+        again = run_module(repository_key, options, check_mode=check_mode)
+        assert (again["changed"], again["key_changed"], [f["changed"] for f in again["files"]]) == (False, False, [False, False])
+    # Only the hold changes: the key is untouched, so the caller refreshes no package lists.
+    changed_pin = run_module(repository_key, with_files(tmp_path, keys, pin="Package: a\nPin: version 1.18.0-*\nPin-Priority: 1001\n"))
+    assert (changed_pin["changed"], changed_pin["key_changed"], [f["changed"] for f in changed_pin["files"]]) == (True, False, [False, True])
+    assert changed_pin["diff"][1]["before"].startswith("Package: a b\n")
+
+
+def test_a_file_without_content_is_removed(run_module, tmp_path, keys, repo):
+    run_module(repository_key, with_files(tmp_path, keys))
+    hold = tmp_path / "preferences.d" / "test.pref"
+    options = with_files(tmp_path, keys, pin=None)
+    predicted = run_module(repository_key, options, check_mode=True)
+    assert hold.exists()
+    removed = run_module(repository_key, options)
+    for result in (predicted, removed):
+        assert result["changed"] and not result["key_changed"]
+        assert (result["files"][1]["changed"], result["files"][1]["exists"]) == (True, False)
+        assert result["diff"][1]["after_header"] == "%s (absent)" % hold and result["diff"][1]["before"].startswith("Package: a b")
+    assert not hold.exists()
+    again = run_module(repository_key, options)
+    assert not again["changed"] and again["files"][1] == {"path": str(hold), "changed": False, "exists": False}
+
+
+@pytest.mark.parametrize("check_mode", [True, False])
+def test_a_refused_key_writes_none_of_the_files(run_module, tmp_path, keys, repo, check_mode):
+    options = with_files(tmp_path, keys, url="file://%s/rogue.asc" % repo)
+    before = snapshot(tmp_path)
+    result = run_module(repository_key, options, check_mode=check_mode)
+    assert result["failed"] and "does not match the pinned fingerprint" in result["msg"]
+    assert snapshot(tmp_path) == before
+
+
+def test_files_that_cannot_be_written_with_the_key_are_refused(run_module, tmp_path, keys, repo):
+    dest = str(tmp_path / "etc" / "keyrings" / "test.gpg")
+    check_only = run_module(repository_key, {"dest": dest, "fingerprint": keys["pinned"].fingerprint,
+                                             "files": [{"path": str(tmp_path / "x.sources"), "content": "x\n"}]})
+    assert check_only["failed"] and check_only["msg"] == "files: only written with url or src (the check-only call writes nothing)"
+    is_dest = run_module(repository_key, args(tmp_path, keys, files=[{"path": dest, "content": "x\n"}]))
+    assert is_dest["failed"] and is_dest["msg"] == "files: %s is dest, the key file" % dest
+    twice = str(tmp_path / "x.sources")
+    double = run_module(repository_key, args(tmp_path, keys, files=[{"path": twice, "content": "a\n"}, {"path": twice, "content": None}]))
+    assert double["failed"] and double["msg"] == "files: %s given twice" % twice
+    relative = run_module(repository_key, args(tmp_path, keys, files=[{"path": "x.sources", "content": "a\n"}]))
+    assert relative["failed"] and "files[0].path" in relative["msg"]
+    no_dir = run_module(repository_key, args(tmp_path, keys, files=[{"path": str(tmp_path / "missing" / "x.sources"), "content": "a\n"}]))
+    assert no_dir["failed"] and no_dir["msg"].endswith("x.sources': its directory '%s' does not exist. Nothing was installed." % (tmp_path / "missing"))
+    assert not (tmp_path / "x.sources").exists() and not (tmp_path / "etc").exists()
