@@ -8,13 +8,20 @@ The digest covers the role's name, the bytes of the role's files and of the coll
 template or module is a changed input), every variable of the role's argument specification as resolved for the
 host, the distribution, the kernel release, the package manager and the GPU facts that do not move by themselves.
 The module on the host then only reads files, one package query and one systemctl call.
+
+With ``state: observe`` (once per host at the start of playbooks/site.yml, registered as
+``gpuhost_converged_observation``) the module observes every role's record in one call; a later probe in the same
+playbook then answers on the controller from that observation while it holds (``_converged.local_answer``), and every
+probe, record and removal updates the host fact that says what still holds (``_converged.status_after``).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import typing as t
+import uuid
 
 import yaml
 
@@ -63,8 +70,35 @@ def gpu_facts(facts: t.Any) -> t.Any:
     }
 
 
+def plain(data: t.Any) -> t.Any:
+    """``data`` as plain JSON types: what the observation's registered variable and fact hold, without templating it."""
+    return json.loads(json.dumps(data, default=str))
+
+
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
+
+    def _playbook(self) -> str:
+        """The playbook file of the play this task runs in ("" when Ansible does not say)."""
+        try:
+            where = self._task.get_play().get_path()
+        except AttributeError:
+            return ""
+        return where.rpartition(":")[0] if where and ":" in where else ""
+
+    def _observe(self, result: dict[str, t.Any], args: dict[str, t.Any], task_vars: dict[str, t.Any]) -> dict[str, t.Any]:
+        if self._play_context.check_mode:
+            # Check mode always runs every role's full path, and its probes ask the host themselves.
+            result.update(skipped=True, changed=False, msg="check mode: the roles' probes ask the host")
+            return result
+        args.setdefault("path", RECORD_DIR)
+        result.update(self._execute_module(module_name="gpuhost.nvidia.gpuhost_converged", module_args=args, task_vars=task_vars))
+        if result.get("failed") or result.get("skipped"):
+            return result
+        identity = uuid.uuid4().hex
+        playbook = self._playbook()
+        result.update(id=identity, playbook=playbook, ansible_facts={_converged.OBSERVATION_FACT: _converged.observation_status(identity, playbook)})
+        return result
 
     def _role_variables(self, role_path: str, task_vars: dict[str, t.Any]) -> dict[str, t.Any]:
         spec_file = os.path.join(role_path, "meta", "argument_specs.yml")
@@ -84,6 +118,10 @@ class ActionModule(ActionBase):
         name = str(task_vars["role_name"]).rsplit(".", maxsplit=1)[-1] if role_path and task_vars.get("role_name") else None
         state = args.get("state", "probe")
         facts = task_vars.get("ansible_facts") or {}
+        if "package_manager" not in args and PKG_MGR.get(facts.get("pkg_mgr")):
+            args["package_manager"] = PKG_MGR[facts["pkg_mgr"]]
+        if state == "observe":
+            return self._observe(result, args, task_vars)
         if not args.get("path"):
             if name is None:
                 raise AnsibleActionFail("gpuhost_converged outside a role needs path")
@@ -102,7 +140,17 @@ class ActionModule(ActionBase):
                 "extra": extra,
             }
             args["inputs_digest"] = _converged.inputs_digest(inputs)
-        if "package_manager" not in args and PKG_MGR.get(facts.get("pkg_mgr")):
-            args["package_manager"] = PKG_MGR[facts["pkg_mgr"]]
-        result.update(self._execute_module(module_name="gpuhost.nvidia.gpuhost_converged", module_args=args, task_vars=task_vars))
+        # The observation this run took at its start, and the host fact that says what of it still holds.
+        observation = plain(task_vars.get(_converged.OBSERVATION_VAR))
+        status = plain(facts.get(_converged.OBSERVATION_FACT))
+        path = os.path.normpath(str(args["path"]))
+        answer = None
+        if state == "probe" and not self._play_context.check_mode:
+            answer = _converged.local_answer(observation, status, path, args["inputs_digest"], self._playbook())
+        result.update(answer if answer is not None else
+                      self._execute_module(module_name="gpuhost.nvidia.gpuhost_converged", module_args=args, task_vars=task_vars))
+        if not result.get("failed"):
+            after = _converged.status_after(observation, status, path, state, bool(result.get("converged")))
+            if after is not None:
+                result["ansible_facts"] = {_converged.OBSERVATION_FACT: after}
         return result

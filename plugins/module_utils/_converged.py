@@ -196,19 +196,9 @@ def _unit_drift(name: str, recorded: dict[str, str], current: dict[str, str]) ->
     return reasons
 
 
-def compare(record: dict[str, t.Any] | None, digest: str, observed: dict[str, t.Any], problem: str | None = None) -> dict[str, t.Any]:
-    """Whether the host is as the record says, and every drift found, as sentences.
-
-    ``observed`` holds ``files`` (path: sha256 or None), ``packages`` (name: version or None) and ``units`` (name:
-    {load, enabled, active}) for at least the items the record lists. ``problem`` says why there is no record.
-    """
-    if record is None:
-        return {"converged": False, "drift": ["no usable record (%s): the next run is a full run" % (problem or "none written yet")]}
+def item_drift(record: dict[str, t.Any], observed: dict[str, t.Any]) -> list[str]:
+    """Each file, package and unit ``record`` lists that ``observed`` does not find as recorded, as sentences."""
     drift: list[str] = []
-    if not record.get("confirmed"):
-        drift.append("the last full run changed what the role manages: the next full run confirms that it changes nothing")
-    if record["inputs_digest"] != digest:
-        drift.append("the inputs changed since the record (the role's variables, its code, the distribution, the kernel or the GPU facts)")
     for path in sorted(record["files"]):
         reason = _file_drift(path, record["files"][path], observed.get("files", {}).get(path))
         if reason:
@@ -220,4 +210,128 @@ def compare(record: dict[str, t.Any] | None, digest: str, observed: dict[str, t.
     for name in sorted(record["units"]):
         current = observed.get("units", {}).get(name) or {"load": "not-found", "enabled": "", "active": "inactive"}
         drift.extend(_unit_drift(name, record["units"][name] or {}, current))
+    return drift
+
+
+def verdict(record: dict[str, t.Any] | None, digest: str, items: list[str], problem: str | None = None) -> dict[str, t.Any]:
+    """The probe's answer from the record (only ``confirmed`` and ``inputs_digest`` are read) and its item drift."""
+    if record is None:
+        return {"converged": False, "drift": ["no usable record (%s): the next run is a full run" % (problem or "none written yet")]}
+    drift: list[str] = []
+    if not record.get("confirmed"):
+        drift.append("the last full run changed what the role manages: the next full run confirms that it changes nothing")
+    if record["inputs_digest"] != digest:
+        drift.append("the inputs changed since the record (the role's variables, its code, the distribution, the kernel or the GPU facts)")
+    drift.extend(items)
     return {"converged": not drift, "drift": drift}
+
+
+def compare(record: dict[str, t.Any] | None, digest: str, observed: dict[str, t.Any], problem: str | None = None) -> dict[str, t.Any]:
+    """Whether the host is as the record says, and every drift found, as sentences.
+
+    ``observed`` holds ``files`` (path: sha256 or None), ``packages`` (name: version or None) and ``units`` (name:
+    {load, enabled, active}) for at least the items the record lists. ``problem`` says why there is no record.
+    """
+    return verdict(record, digest, item_drift(record, observed) if record is not None else [], problem)
+
+
+# One observation for every role (state=observe, once per host at the start of playbooks/site.yml): the module reads
+# every record and observes the union of what they list in one call; the probes of the roles that follow answer from
+# it on the controller while nothing can have changed since.
+
+OBSERVATION_VAR = "gpuhost_converged_observation"
+"""The variable site.yml registers the observation as: registered variables live for one run, never in a fact cache."""
+
+OBSERVATION_FACT = "gpuhost_converged_observed"
+"""The host fact that says what of the observation still holds (``observation_status``), changed by each probe/record."""
+
+
+def observation_wanted(records: t.Mapping[str, dict[str, t.Any] | None]) -> dict[str, list[str]]:
+    """The union of what the usable records list: each file, package and unit once."""
+    union: dict[str, set[str]] = {"files": set(), "packages": set(), "units": set()}
+    for record in records.values():
+        if record is not None:
+            for key, names in wanted(record).items():
+                union[key].update(names)
+    return {key: sorted(names) for key, names in union.items()}
+
+
+def observation_entries(loaded: t.Mapping[str, tuple[dict[str, t.Any] | None, str | None]], observed: dict[str, t.Any],
+                        unobserved: t.Mapping[str, str] | None = None) -> dict[str, dict[str, t.Any]]:
+    """Per record path, what a probe of it needs besides the inputs digest.
+
+    ``loaded``: path -> (record, why it is unusable). ``observed``: as for ``compare``, for ``observation_wanted``.
+    ``unobserved``: item -> why it could not be observed (``file:<path>``, ``units``); a record that lists such an
+    item is left to a live probe, which fails or answers as it always did. An entry holds ``problem`` (no usable
+    record), ``live`` (ask the host), or the record's ``confirmed``, ``inputs_digest`` and ``outputs`` with the item
+    ``drift``.
+    """
+    unobserved = unobserved or {}
+    entries: dict[str, dict[str, t.Any]] = {}
+    for path, (record, problem) in sorted(loaded.items()):
+        if record is None:
+            entries[path] = {"problem": problem or "none written yet"}
+            continue
+        blocked = ["file:" + name for name in sorted(record["files"])] + (["units"] if record["units"] else [])
+        reasons = [unobserved[item] for item in blocked if item in unobserved]
+        if reasons:
+            entries[path] = {"live": reasons[0]}
+            continue
+        entries[path] = {"confirmed": record["confirmed"], "inputs_digest": record["inputs_digest"], "outputs": record["outputs"],
+                         "drift": item_drift(record, observed)}
+    return entries
+
+
+def observation_status(identity: str, playbook: str) -> dict[str, t.Any]:
+    """The fact a new observation starts with: every entry holds (``trusted``), none used yet."""
+    return {"id": identity, "playbook": playbook, "trusted": True, "used": []}
+
+
+def _status_for(observation: t.Any, status: t.Any) -> dict[str, t.Any] | None:
+    """``status`` when it belongs to ``observation`` (same id): the fact of another run or none is not this run's."""
+    if not isinstance(observation, dict) or not isinstance(status, dict) or not observation.get("id"):
+        return None
+    if status.get("id") != observation["id"] or not isinstance(status.get("used"), list):
+        return None
+    return status
+
+
+def local_answer(observation: t.Any, status: t.Any, path: str, digest: str, playbook: str) -> dict[str, t.Any] | None:
+    """The probe's result from the observation, exactly as the module would give it on the host; None: ask the host.
+
+    The observation answers only in the playbook that took it, for a record in the directory it read, once per record
+    and run (``used``). A role without a usable record at observation time still has none until that role records
+    (which marks it used): no other role writes it. Every other entry holds only while ``trusted``: no role has taken
+    its full path since (which may move what another record tracks, a package shared or upgraded as a dependency).
+    """
+    status = _status_for(observation, status)
+    if status is None or not playbook or status.get("playbook") != playbook or path in status["used"]:
+        return None
+    if observation.get("path") != path.rpartition("/")[0] or not isinstance(observation.get("records"), dict):
+        return None
+    entry = observation["records"].get(path)
+    if entry is None:
+        answer = verdict(None, digest, [], "no record at %s" % path)
+    elif "problem" in entry:
+        answer = verdict(None, digest, [], entry["problem"])
+    elif "live" in entry or not status.get("trusted"):
+        return None
+    else:
+        answer = verdict({"confirmed": entry["confirmed"], "inputs_digest": entry["inputs_digest"]}, digest, list(entry["drift"]))
+    outputs = entry["outputs"] if entry is not None and answer["converged"] else {}
+    return dict(answer, changed=False, path=path, outputs=outputs)
+
+
+def status_after(observation: t.Any, status: t.Any, path: str, state: str, converged: bool) -> dict[str, t.Any] | None:
+    """The fact after a probe, record or removal of ``path``; None when it does not change (or is not this run's).
+
+    The record is used (its next probe asks the host), and anything but a converged probe means a full path ran or
+    runs now: from then on only the entries without a usable record answer from the observation.
+    """
+    status = _status_for(observation, status)
+    if status is None:
+        return None
+    new = dict(status, used=list(status["used"]) + ([path] if path not in status["used"] else []))
+    if state != "probe" or not converged:
+        new["trusted"] = False
+    return None if new == status else new

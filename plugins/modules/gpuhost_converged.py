@@ -24,6 +24,16 @@ description:
     change by themselves (no utilisation, temperatures or processes). Run outside a role, pass O(inputs_digest) and
     O(path) yourself.
   - O(state=absent) removes the record (a role's own O(state=absent) path does this).
+  - O(state=observe) reads every record in the directory O(path) (default C(/var/lib/gpuhost/converged)) and observes
+    the union of what they list in one call - the files' hashes, one package query, one C(systemctl show). Registered
+    as C(gpuhost_converged_observation) (C(playbooks/site.yml) does this once per host, before the roles), it lets the
+    probes that follow in the same playbook answer on the controller, without a remote call, with the result the live
+    probe would give - while it still holds. The host fact C(gpuhost_converged_observed) says what holds. Each record
+    answers once. A role without a usable record answers "no record" until it records or removes its own record. Any
+    other answer comes from the observation only while no role has taken its full path since (a probe that did not
+    find the host converged, a record or a removal); after that the probes ask the host. In check mode the action does
+    not observe and the probes always ask the host. A registered variable lives for one run only, so a fact cache
+    cannot hand a later run an old observation.
 author:
   - gpuhost.nvidia developers (@gpuhost)
 attributes:
@@ -43,14 +53,16 @@ attributes:
 options:
   state:
     description:
-      - V(probe) compares the host with the record (read-only); V(record) writes the record; V(absent) removes it.
+      - V(probe) compares the host with the record (read-only); V(record) writes the record; V(absent) removes it;
+        V(observe) reads every record and observes what they list, for the probes that follow (read-only).
     type: str
-    choices: [probe, record, absent]
+    choices: [probe, record, absent, observe]
     default: probe
   path:
     description:
       - The record file. In a role the action plugin makes it C(/var/lib/gpuhost/converged/<role>.json); outside a role
         it is required.
+      - O(state=observe) - the directory of the records; the action plugin makes it C(/var/lib/gpuhost/converged).
     type: path
   inputs:
     description:
@@ -114,6 +126,11 @@ EXAMPLES = r"""
   ansible.builtin.meta: end_role
   when: __converged.converged and not ansible_check_mode
 
+- name: Observe every role's record in one call, so that the roles' probes that follow answer on the controller
+  gpuhost.nvidia.gpuhost_converged:
+    state: observe
+  register: gpuhost_converged_observation
+
 - name: Record what the full run left
   gpuhost.nvidia.gpuhost_converged:
     state: record
@@ -130,6 +147,45 @@ converged:
   returned: state is probe or record
   type: bool
   sample: true
+records:
+  description:
+    - O(state=observe) - per record file, what a probe of it needs besides the inputs digest - C(problem) (why there is
+      no usable record), C(live) (an item could not be observed - the probe asks the host), or the record's
+      C(confirmed), C(inputs_digest) and C(outputs) with C(drift), the recorded files, packages and units the host no
+      longer has as recorded (sentences).
+    - A record file that does not exist is not listed (its probe answers that there is no record).
+  returned: state is observe
+  type: dict
+  sample:
+    /var/lib/gpuhost/converged/gpu_compose.json:
+      confirmed: true
+      inputs_digest: 4f2a0c9d1e7b...
+      outputs: {"gpu_compose_report": ["gpu_compose: override /srv/app/compose.gpu.yml (written)"]}
+      drift: []
+    /var/lib/gpuhost/converged/nvidia_driver.json:
+      problem: the record is not valid JSON (Expecting value - line 1 column 1 (char 0))
+id:
+  description: O(state=observe) - the observation's identity, which the host fact C(gpuhost_converged_observed) names.
+  returned: state is observe, not in check mode
+  type: str
+  sample: 0f8c2a4e9b7d41c3a5e6f7081920a3b4
+playbook:
+  description: O(state=observe) - the playbook whose plays' probes may answer from the observation.
+  returned: state is observe, not in check mode
+  type: str
+  sample: /usr/share/ansible/collections/ansible_collections/gpuhost/nvidia/playbooks/site.yml
+ansible_facts:
+  description: Facts the action plugin sets.
+  returned: state is observe; a probe, record or removal after it that changes what still holds
+  type: dict
+  contains:
+    gpuhost_converged_observed:
+      description:
+        - What of the observation still holds - C(id) (the observation's), C(playbook), C(trusted) (no role has taken
+          its full path since) and C(used) (record files already probed, recorded or removed in this run).
+      returned: state is observe; a probe, record or removal after it that changes what still holds
+      type: dict
+      sample: {"id": "0f8c2a4e9b7d41c3a5e6f7081920a3b4", "playbook": "/srv/site.yml", "trusted": true, "used": []}
 drift:
   description: What differs from the record, as sentences; empty when converged.
   returned: state is probe or record
@@ -144,7 +200,7 @@ outputs:
   type: dict
   sample: {"gpu_compose_report": ["gpu_compose: override /srv/app/compose.gpu.yml (written)"]}
 path:
-  description: The record file.
+  description: The record file (O(state=observe) - the directory of the records).
   returned: always
   type: str
   sample: /var/lib/gpuhost/converged/nvidia_driver.json
@@ -161,14 +217,21 @@ from ansible_collections.gpuhost.nvidia.plugins.module_utils import _converged, 
 C_ENV = {"LC_ALL": "C", "LANGUAGE": "C"}
 
 
-def observe(module: AnsibleModule, files: list[str], packages: list[str], units: list[str], manager: str) -> dict[str, t.Any]:
-    """The observed state: each file's sha256, one package query, one systemctl call."""
+def observe(module: AnsibleModule, files: list[str], packages: list[str], units: list[str], manager: str,
+            unobserved: dict[str, str] | None = None) -> dict[str, t.Any]:
+    """The observed state: each file's sha256, one package query, one systemctl call.
+
+    With ``unobserved``, a file that cannot be read or a failed systemctl call is noted there (``file:<path>``,
+    ``units``) instead of failing the module.
+    """
     observed: dict[str, t.Any] = {"files": {}, "packages": {}, "units": {}}
     for path in files:
         try:
             observed["files"][path] = _converged.sha256_bytes(_files.read_bytes(path, "file"))
         except _files.FileError as exc:
-            module.fail_json(msg=str(exc), path=exc.path)
+            if unobserved is None:
+                module.fail_json(msg=str(exc), path=exc.path)
+            unobserved["file:" + path] = str(exc)
     if packages:
         argv = _converged.package_command(manager, packages)
         argv[0] = module.get_bin_path(argv[0], required=True)
@@ -180,27 +243,64 @@ def observe(module: AnsibleModule, files: list[str], packages: list[str], units:
         argv[0] = module.get_bin_path(argv[0], required=True)
         rc, out, err = module.run_command(argv, environ_update=C_ENV)
         if rc != 0:
-            module.fail_json(msg="systemctl show failed: %s" % (err.strip() or out.strip()), rc=rc, cmd=argv)
-        observed["units"] = _converged.parse_units(units, out)
+            if unobserved is None:
+                module.fail_json(msg="systemctl show failed: %s" % (err.strip() or out.strip()), rc=rc, cmd=argv)
+            unobserved["units"] = "systemctl show failed: %s" % (err.strip() or out.strip())
+        else:
+            observed["units"] = _converged.parse_units(units, out)
     return observed
 
 
-def load(module: AnsibleModule, path: str) -> tuple[dict[str, t.Any] | None, str | None, bytes | None]:
-    """The record, why it cannot be used, and its bytes."""
-    try:
-        data = _files.read_bytes(path, "path")
-    except _files.FileError as exc:
-        module.fail_json(msg=str(exc), path=exc.path)
+def read_record(path: str) -> tuple[dict[str, t.Any] | None, str | None, bytes | None]:
+    """The record, why it cannot be used, and its bytes. Raises FileError (a directory or special file at ``path``)."""
+    data = _files.read_bytes(path, "path")
     if data is None:
         return None, "no record at %s" % path, None
     record, problem = _converged.parse_record(to_text(data, errors="surrogate_or_strict"))
     return record, problem, data
 
 
+def load(module: AnsibleModule, path: str) -> tuple[dict[str, t.Any] | None, str | None, bytes | None]:
+    """The record, why it cannot be used, and its bytes; fails the module on a path that is not a file."""
+    try:
+        return read_record(path)
+    except _files.FileError as exc:
+        module.fail_json(msg=str(exc), path=exc.path)
+        raise  # not reached: fail_json exits
+
+
+def observe_all(module: AnsibleModule, directory: str, manager: str) -> dict[str, dict[str, t.Any]]:
+    """state=observe: every record in ``directory``, and the union of what they list observed in one call."""
+    names: list[str] = []
+    try:
+        names = sorted(name for name in os.listdir(directory) if name.endswith(".json"))
+    except FileNotFoundError:
+        pass  # no role has recorded yet
+    except OSError as exc:
+        module.fail_json(msg="cannot list the records in %s: %s" % (directory, exc), path=directory)
+    loaded: dict[str, tuple[dict[str, t.Any] | None, str | None]] = {}
+    unreadable: dict[str, str] = {}
+    for name in names:
+        path = os.path.join(directory, name)
+        try:
+            record, problem = read_record(path)[:2]
+        except _files.FileError as exc:
+            unreadable[path] = str(exc)  # the live probe fails on it as it always did
+            continue
+        if record is not None or problem != "no record at %s" % path:  # gone since the listing: not listed
+            loaded[path] = (record, problem)
+    want = _converged.observation_wanted({path: record for path, (record, problem) in loaded.items()})
+    unobserved: dict[str, str] = {}
+    observed = observe(module, want["files"], want["packages"], want["units"], manager, unobserved)
+    entries = _converged.observation_entries(loaded, observed, unobserved)
+    entries.update({path: {"live": reason} for path, reason in unreadable.items()})
+    return entries
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec=dict(
-            state=dict(type="str", choices=["probe", "record", "absent"], default="probe"),
+            state=dict(type="str", choices=["probe", "record", "absent", "observe"], default="probe"),
             path=dict(type="path"),
             inputs=dict(type="dict", default={}),
             inputs_digest=dict(type="str"),
@@ -218,6 +318,8 @@ def main() -> None:
     if not params["path"]:
         module.fail_json(msg="path is required outside a role")
     path = os.path.abspath(params["path"])
+    if params["state"] == "observe":
+        module.exit_json(changed=False, path=path, records=observe_all(module, path, params["package_manager"]))
     record, problem, before = load(module, path)
 
     if params["state"] == "absent":
