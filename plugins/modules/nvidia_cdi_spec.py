@@ -44,6 +44,8 @@ options:
   dir:
     description:
       - The directory of the spec, V(/etc/cdi) or V(/var/run/cdi). It is created when missing.
+      - V(auto) picks V(/var/run/cdi) when one of O(refresh_unit_paths) exists (the toolkit's C(nvidia-cdi-refresh)
+        units, 1.18 and later, keep the spec there), else V(/etc/cdi); RV(dir) says which.
       - Every path option is absolute, printable ASCII, without C(.) or C(..) components. A path that is a file
         where a directory belongs (or the other way round), a special file, a symbolic link to nothing or a path
         under a file is refused, naming it, before anything is written.
@@ -56,8 +58,17 @@ options:
         directory part (V(../evil.yaml)) is refused, so the spec never leaves O(dir).
     type: str
     default: nvidia.yaml
+  refresh_unit_paths:
+    description:
+      - Unit files of the toolkit's C(nvidia-cdi-refresh) units (for example
+        V(/usr/lib/systemd/system/nvidia-cdi-refresh.path)); whether one exists is returned as
+        RV(refresh_units_installed) and decides O(dir=auto). Looked up in the same call, so that a role needs no
+        C(stat) per unit directory.
+    type: list
+    elements: path
+    default: []
   other_dirs:
-    description: CDI directories where an NVIDIA spec would be a duplicate.
+    description: CDI directories where an NVIDIA spec would be a duplicate (the spec's own directory among them is skipped).
     type: list
     elements: path
     default: []
@@ -119,6 +130,14 @@ EXAMPLES = r"""
     facts: "{{ ansible_facts.nvidia_gpu }}"
   register: cdi
 
+- name: Generate it where the toolkit's nvidia-cdi-refresh units keep it, when they are installed
+  gpuhost.nvidia.nvidia_cdi_spec:
+    dir: auto
+    other_dirs: [/etc/cdi, /var/run/cdi]
+    refresh_unit_paths: [/usr/lib/systemd/system/nvidia-cdi-refresh.path, /etc/systemd/system/nvidia-cdi-refresh.path]
+    facts: "{{ ansible_facts.nvidia_gpu }}"
+  register: cdi
+
 - name: Show the device names
   ansible.builtin.debug:
     var: cdi.devices
@@ -130,6 +149,21 @@ spec:
   returned: always
   type: str
   sample: /etc/cdi/nvidia.yaml
+dir:
+  description: The spec's directory (the one O(dir=auto) picked).
+  returned: always
+  type: str
+  sample: /var/run/cdi
+refresh_units_installed:
+  description: Whether one of O(refresh_unit_paths) exists.
+  returned: always
+  type: bool
+  sample: true
+refresh_units:
+  description: Whether the refresh units keep the spec (installed, and the spec in V(/var/run/cdi)).
+  returned: always
+  type: bool
+  sample: true
 devices:
   description: The fully qualified device names in the spec; empty when there is no spec.
   returned: success
@@ -188,12 +222,16 @@ RULES: dict[str, _validate.Rule] = {
     "dir": _validate.Path(directory=True),
     "filename": _validate.FileName((".yaml", ".json")),
     "other_dirs": _validate.ListOf(_validate.Path(directory=True), max_items=16),
+    "refresh_unit_paths": _validate.ListOf(_validate.Path(), max_items=16),
     "toolkit_version": _validate.Text(empty=True, max_length=64, pattern=_validate.PACKAGE_VERSION_RE,
                                       what="a version such as 1.18.0"),
     "record": _validate.Path(),
     "nvidia_ctk": _validate.Path(),
 }
 DEFAULT_RECORD = _files.STATE_DIR + "/nvidia_cdi_spec.json"
+AUTO = "auto"
+# Where the toolkit's nvidia-cdi-refresh units keep the spec.
+REFRESH_DIR = "/var/run/cdi"
 # Where earlier development builds kept the default record; moved to DEFAULT_RECORD when found.
 OLD_RECORDS = ("/var/lib/gpuhost-nvidia/cdi-nvidia.json",)
 
@@ -254,6 +292,7 @@ def main() -> None:
             dir=dict(type="path", required=True),
             filename=dict(type="str", default="nvidia.yaml"),
             other_dirs=dict(type="list", elements="path", default=[]),
+            refresh_unit_paths=dict(type="list", elements="path", default=[]),
             duplicates=dict(type="str", choices=["remove", "warn"], default="remove"),
             device_name_strategy=dict(type="str", choices=list(_toolkit.STRATEGIES), default="index"),
             facts=dict(type="dict", default={}),
@@ -266,9 +305,15 @@ def main() -> None:
         supports_check_mode=True,
     )
     p = module.params
-    errors = _validate.check(p, RULES)
+    errors = _validate.check(p, RULES if p["dir"] != AUTO else {k: v for k, v in RULES.items() if k != "dir"})
     if errors:
         module.fail_json(msg="; ".join(errors), errors=errors)
+    # Where the spec goes: dir=auto asks whether the toolkit's refresh units are installed (a masked unit, a link to
+    # /dev/null, counts: it is there, as stat says).
+    units_installed = any(os.path.lexists(path) for path in p["refresh_unit_paths"])
+    if p["dir"] == AUTO:
+        p["dir"] = _toolkit.cdi_location(AUTO, units_installed)["dir"]
+    refresh_units = units_installed and os.path.abspath(p["dir"]) == REFRESH_DIR
     spec = os.path.join(os.path.abspath(p["dir"]), p["filename"])
     record_path = os.path.abspath(p["record"])
     if record_path == spec:
@@ -285,7 +330,7 @@ def main() -> None:
         record = stored.data or None
         spec_bytes = _files.read_bytes(spec, "dir/filename")
         for directory in p["other_dirs"]:
-            if not _files.check_directory(directory, "other_dirs"):
+            if os.path.abspath(directory) == os.path.dirname(spec) or not _files.check_directory(directory, "other_dirs"):
                 continue
             for name in ("nvidia.yaml", "nvidia.json"):
                 candidate = os.path.join(directory, name)
@@ -320,7 +365,9 @@ def main() -> None:
             module.fail_json(msg=str(exc), path=exc.path)
         diffs.append({"before_header": duplicate, "after_header": "%s (absent)" % duplicate, "before": to_text(before), "after": ""})
 
-    result: dict[str, t.Any] = dict(spec=spec, generated=reason is not None, reason=reason, generated_for=wanted,
+    result: dict[str, t.Any] = dict(spec=spec, dir=os.path.dirname(spec), refresh_units_installed=units_installed,
+                                    refresh_units=refresh_units,
+                                    generated=reason is not None, reason=reason, generated_for=wanted,
                                     duplicates=duplicates, error=previous_error, command=None)
     if reason is None:
         result["devices"] = devices_of(module, spec, spec_bytes)

@@ -7,6 +7,8 @@ import stat
 import tomllib
 from pathlib import Path
 
+import pytest
+
 from ansible_collections.gpuhost.nvidia.plugins.modules import nvidia_cdi_spec, nvidia_container_runtime
 
 STUB_CTK = Path(__file__).resolve().parents[3] / "tests/repos/files/nvidia-ctk"
@@ -177,3 +179,39 @@ def test_cdi_failure_without_driver_is_recorded_not_fatal(run_module, tmp_path):
     assert not second["changed"] and "ERROR_LIBRARY_NOT_FOUND" in second["error"]
     with_driver = run_module(nvidia_cdi_spec, dict(args, facts={"state": "ok"}))
     assert with_driver["failed"] and "Generating the CDI spec failed" in with_driver["msg"]
+
+
+@pytest.mark.parametrize("units, expected", [([], "/etc/cdi"), (["usr-lib"], "/var/run/cdi"), (["etc-masked"], "/var/run/cdi")])
+def test_cdi_dir_auto_follows_the_refresh_units_in_the_same_call(run_module, tmp_path, units, expected):
+    """dir=auto: /var/run/cdi when the toolkit's nvidia-cdi-refresh units are installed (a masked one, a link to /dev/null,
+    counts, as stat's exists does), else /etc/cdi; the role reads both answers instead of a stat per unit directory.
+    Check mode: the real /etc/cdi and /var/run/cdi are only read."""
+    paths = {"usr-lib": tmp_path / "usr-lib" / "nvidia-cdi-refresh.path", "etc-masked": tmp_path / "etc" / "nvidia-cdi-refresh.path"}
+    for name in units:
+        paths[name].parent.mkdir(parents=True)
+        if name == "etc-masked":
+            paths[name].symlink_to("/dev/null")
+        else:
+            paths[name].write_text("[Path]\n")
+    args = {"dir": "auto", "other_dirs": ["/etc/cdi", "/var/run/cdi"], "refresh_unit_paths": [str(path) for path in paths.values()],
+            "record": str(tmp_path / "r.json"), "nvidia_ctk": _ctk(tmp_path), "facts": {"state": "ok", "gpus": []},
+            "_ansible_remote_tmp": str(tmp_path)}
+    result = run_module(nvidia_cdi_spec, args, check_mode=True)
+    assert (result["dir"], result["spec"], result["refresh_units_installed"]) == (expected, expected + "/nvidia.yaml", bool(units))
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_cdi_explicit_dir_still_reports_the_refresh_units(run_module, tmp_path):
+    unit = tmp_path / "nvidia-cdi-refresh.path"
+    unit.write_text("[Path]\n")
+    args = {"dir": str(tmp_path / "cdi"), "refresh_unit_paths": [str(unit), str(tmp_path / "missing.path")], "record": str(tmp_path / "r.json"),
+            "nvidia_ctk": _ctk(tmp_path), "facts": {"state": "ok", "gpus": []}, "_ansible_remote_tmp": str(tmp_path)}
+    result = run_module(nvidia_cdi_spec, args)
+    assert (result["dir"], result["refresh_units_installed"], result["changed"]) == (str(tmp_path / "cdi"), True, True)
+    # The spec's own directory among other_dirs is not searched for duplicates: a nvidia.json beside it stays.
+    (tmp_path / "cdi" / "nvidia.json").write_text("{}")
+    mine = run_module(nvidia_cdi_spec, dict(args, other_dirs=[str(tmp_path / "cdi")], force=True))
+    assert mine["duplicates"] == [] and (tmp_path / "cdi" / "nvidia.json").exists()
+    bad = run_module(nvidia_cdi_spec, dict(args, dir="autox"))
+    assert bad["failed"] and "dir:" in bad["msg"]
+
