@@ -220,9 +220,11 @@ def plan_unit(unit: t.Mapping[str, t.Any], state: t.Mapping[str, str], start_ok:
     return verbs, after, notes
 
 
-def needs_restart(unit: t.Mapping[str, t.Any], verbs: t.Sequence[str], after: t.Mapping[str, str], changed_paths: t.Collection[str]) -> bool:
-    """Whether to restart ``unit``: one of its ``restart_when_changed`` paths changed, and it runs and was not just started."""
-    if not set(unit.get("restart_when_changed") or []) & set(changed_paths):
+def needs_restart(unit: t.Mapping[str, t.Any], verbs: t.Sequence[str], after: t.Mapping[str, str], changed_paths: t.Collection[str],
+                  start_ok: bool = True) -> bool:
+    """Whether to restart ``unit``: one of its ``restart_when_changed`` paths changed, it runs, was not just started, and its
+    ``start_if_exists`` path exists (a daemon that needs the driver is not restarted without it, whatever systemd says)."""
+    if not start_ok or not set(unit.get("restart_when_changed") or []) & set(changed_paths):
         return False
     return after.get("active") in RUNNING and "start" not in verbs and after.get("load") != "masked"
 

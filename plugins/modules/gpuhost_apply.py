@@ -127,8 +127,9 @@ options:
         choices: [started, stopped]
       start_if_exists:
         description:
-          - O(units[].state=started) only when this path exists when the call starts (a daemon that needs a loaded driver,
-            C(/proc/driver/nvidia/version)). Without it the unit is not started, and RV(notes) says why.
+          - Start (O(units[].state=started)) or restart (O(units[].restart_when_changed)) the unit only when this path exists
+            when the call starts (a daemon that needs a loaded driver, C(/proc/driver/nvidia/version)). Without it the
+            unit is neither started nor restarted, and RV(notes) says why.
         type: str
       switch_if_exists:
         description:
@@ -436,7 +437,8 @@ def main() -> None:
                 run.systemctl("daemon-reload")
         changed_paths = set(run.changed_files) | set(run.removed)
         for unit in units:
-            if unit["name"] in after and _apply.needs_restart(unit, done.get(unit["name"], []), after[unit["name"]], changed_paths):
+            start_ok = not unit.get("start_if_exists") or exists[unit["start_if_exists"]]
+            if unit["name"] in after and _apply.needs_restart(unit, done.get(unit["name"], []), after[unit["name"]], changed_paths, start_ok):
                 if not run.check:
                     run.systemctl("restart", "--", unit["name"])
                 done.setdefault(unit["name"], []).append("restart")

@@ -81,8 +81,15 @@ def test_gpu_settings_removal_unmasks_what_it_masked_and_check_mode_predicts_it(
     (check, real, again), stats = removals["plays"], removals["stats"][SETTINGS_HOST]
     assert stats["failures"] == 0 and stats["unreachable"] == 0, stats
     changed = _changed(real, SETTINGS_HOST)
-    assert "Unmask nvidia-persistenced, which the role masked" in changed, changed
+    removal_task = "Remove the boot unit, its script, its spec and the nvidia-persistenced drop-in"  # one gpuhost_apply call
+    assert removal_task in changed, changed
     assert _changed(check, SETTINGS_HOST) == changed
+
+    def units(play: dict) -> dict:
+        return next(task["hosts"][SETTINGS_HOST]["changed_units"] for task in play["tasks"]
+                    if _name(task) == removal_task and SETTINGS_HOST in task["hosts"])
+    # the boot unit disabled and the mask the role recorded undone, in check mode as in the real run
+    assert units(real) == units(check) == {"gpuhost-gpu-settings.service": "disabled", "nvidia-persistenced.service": "unmasked"}
     assert _changed(again, SETTINGS_HOST) == []
     # the unit as its package shipped it: static, not masked; no mask and no record of one left
     run = ["podman", "exec", SETTINGS_HOST]

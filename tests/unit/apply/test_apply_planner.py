@@ -90,6 +90,7 @@ def test_restart_only_a_running_unit_whose_file_changed(active, verbs, restart):
     unit = {"name": SERVICE, "restart_when_changed": ["/etc/a.conf"]}
     assert _apply.needs_restart(unit, verbs, dict(LOADED, active=active), {"/etc/a.conf"}) is restart
     assert _apply.needs_restart(unit, verbs, dict(LOADED, active=active), {"/etc/other"}) is False
+    assert _apply.needs_restart(unit, verbs, dict(LOADED, active=active), {"/etc/a.conf"}, start_ok=False) is False
 
 
 def test_describe():

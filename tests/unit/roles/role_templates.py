@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+import pathlib
+import re
 import typing as t
 
 from ansible.template import trust_as_template
@@ -19,3 +21,35 @@ def trusted(value: t.Any) -> t.Any:
     if isinstance(value, list):
         return [trusted(item) for item in value]
     return value
+
+
+LOOKUP = re.compile(r"lookup\('ansible\.builtin\.(template|file)', '([^']+)'(?:, rstrip=false)?\)")
+
+
+def inline_lookups(value: t.Any, role: pathlib.Path) -> tuple[t.Any, dict[str, t.Any]]:
+    """A role task's arguments with each template/file lookup of a role file replaced by a variable holding it.
+
+    Rendered with a bare Templar (no plugin loader: initialising it would change how the other tests import the
+    collection), the variables stand in for the lookups: a template is a trusted string, rendered where it is used; a
+    file is its text as it is.
+    """
+    found: dict[str, t.Any] = {}
+
+    def swap(match: re.Match) -> str:
+        kind, name = match.groups()
+        path = role / ("templates" if kind == "template" else "files") / name
+        text = path.read_text(encoding="utf-8")
+        var = "__lookup_%s_%d" % (kind, len(found))
+        found[var] = trust_as_template(text) if kind == "template" else text
+        return var
+
+    def walk(item: t.Any) -> t.Any:
+        if isinstance(item, str):
+            return LOOKUP.sub(swap, item)
+        if isinstance(item, dict):
+            return {key: walk(sub) for key, sub in item.items()}
+        if isinstance(item, list):
+            return [walk(sub) for sub in item]
+        return item
+
+    return walk(value), found

@@ -6,8 +6,10 @@
 
 Ubuntu's unit is static (no [Install]; the driver's udev rule starts it): systemd cannot disable it, so asked off the
 role masks it, stops it and records the mask, and asked on again (or removed) it unmasks it. Debian's unit is enabled
-or disabled, and stopped when off. Check mode on a fresh host, where the unit is not installed yet, predicts the same
-(the twin task's changed_when). molecule/ubuntu proves it on real systemd (ubuntu2204 asks it off).
+or disabled, and stopped when off. The role asks all of it of one gpuhost.nvidia.gpuhost_apply call: these tests render
+that call's arguments from the role's own task and vars, and put them through the module's planner (_apply) against
+the unit states systemd reports, with and without a loaded driver. Check mode on a fresh host, where the unit is not
+installed yet, predicts the same (package_default). molecule/ubuntu proves it on real systemd (ubuntu2204 asks it off).
 """
 
 from __future__ import annotations
@@ -19,13 +21,22 @@ import pytest
 import yaml
 
 from ansible.parsing.dataloader import DataLoader
-from ansible.template import Templar, trust_as_template
-from role_templates import trusted
+from ansible.template import Templar
+from role_templates import inline_lookups, trusted
+
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _apply
 
 ROLE = pathlib.Path(__file__).resolve().parents[3] / "roles" / "gpu_settings"
-SWITCH = "Switch nvidia-persistenced on or off (enable, or disable; a static unit unmasked, or masked; started or stopped)"
+APPLY = "Install the settings files and switch the units (one call)"
 SERVICE = "nvidia-persistenced.service"
+BOOT = "gpuhost-gpu-settings.service"
 RECORD = "/var/lib/gpuhost/gpu_settings_masked_units"
+DROPIN = "/etc/systemd/system/nvidia-persistenced.service.d/gpuhost-persistence-mode.conf"
+DRIVER = "/proc/driver/nvidia/version"
+STATIC = {"load": "loaded", "enabled": "static", "active": "inactive"}
+MASKED = {"load": "masked", "enabled": "masked", "active": "inactive"}
+DISABLED = {"load": "loaded", "enabled": "disabled", "active": "inactive"}
+ENABLED_RUNNING = {"load": "loaded", "enabled": "enabled", "active": "active"}
 
 
 def _walk(tasks: list[dict]) -> t.Iterator[dict]:
@@ -41,41 +52,59 @@ def _tasks(name: str, file: str = "main.yml") -> list[dict]:
     return found
 
 
-def _templar(distro: str, enabled: bool, driver_loaded: bool = False, **extra: t.Any) -> Templar:
+def _templar(distro: str, enabled: bool, **extra: t.Any) -> Templar:
     variables: dict[str, t.Any] = {}
     for path in (ROLE / "defaults" / "main.yml", ROLE / "vars" / "main.yml", ROLE / "vars" / f"{distro}.yml"):
         variables.update(yaml.safe_load(path.read_text(encoding="utf-8")))
     variables = trusted(variables)
-    variables.update({"gpu_settings_persistenced_enabled": enabled, "gpu_settings_driver_loaded": {"stat": {"exists": driver_loaded}}})
+    variables.update({"gpu_settings_persistenced_enabled": enabled, "ansible_managed": "Ansible managed"})
     variables.update(extra)
     return Templar(loader=DataLoader(), variables=variables)
 
 
-def _when(templar: Templar, task: dict) -> bool:
-    conditions = task.get("when", [])
-    conditions = conditions if isinstance(conditions, list) else [conditions]
-    return all(templar.evaluate_conditional(trust_as_template(str(condition))) for condition in conditions)
+def applied(distro: str, enabled: bool, file: str = "main.yml", name: str = APPLY, **extra: t.Any) -> dict[str, t.Any]:
+    """The gpuhost_apply arguments of the role's task, rendered (omitted ones left out)."""
+    task, = _tasks(name, file)
+    templar = _templar(distro, enabled, **extra)
+    # the role's template and file lookups, inlined (role_templates.inline_lookups)
+    (args, task_vars), lookups = inline_lookups([task["gpuhost.nvidia.gpuhost_apply"], task.get("vars") or {}], ROLE)
+    scoped = templar.copy_with_new_env(available_variables={**templar.available_variables, **lookups, **trusted(task_vars)})
+    args = scoped.template(trusted(args))
+    assert not _apply.check_request(args.get("directories", []), args.get("files", []), args.get("absent", []), args["units"])
+    return args
 
 
-def switch(distro: str, enabled: bool, driver_loaded: bool = False) -> dict[str, t.Any]:
-    """The systemd_service arguments of the switch task (omitted ones left out)."""
-    task = next(task for task in _tasks(SWITCH) if "ansible.builtin.systemd_service" in task)
-    return _templar(distro, enabled, driver_loaded).template(trusted(task["ansible.builtin.systemd_service"]))
+def unit(distro: str, enabled: bool, name: str = SERVICE) -> dict[str, t.Any]:
+    return next(item for item in applied(distro, enabled)["units"] if item["name"] == name)
 
 
-@pytest.mark.parametrize(("distro", "enabled", "loaded", "expected"), [
-    # Ubuntu's static unit: on is never masked (and started with a driver); off is masked and stopped
-    ("Ubuntu", True, False, {"masked": False}),
-    ("Ubuntu", True, True, {"masked": False, "state": "started"}),
-    ("Ubuntu", False, False, {"masked": True, "state": "stopped"}),
-    ("Ubuntu", False, True, {"masked": True, "state": "stopped"}),
-    # Debian's unit: enabled (and unmasked) or disabled and stopped; never masked by the role
-    ("Debian", True, True, {"masked": False, "enabled": True, "state": "started"}),
-    ("Debian", True, False, {"masked": False, "enabled": True}),
-    ("Debian", False, False, {"enabled": False, "state": "stopped"}),
+@pytest.mark.parametrize(("distro", "enabled", "expected"), [
+    ("Ubuntu", True, {"masked": False, "state": "started", "restart_when_changed": [DROPIN], "package_default": "static"}),
+    ("Ubuntu", False, {"masked": True, "state": "stopped", "restart_when_changed": [], "package_default": "static"}),
+    ("Debian", True, {"masked": False, "enabled": True, "state": "started", "restart_when_changed": [DROPIN], "package_default": "enabled"}),
+    ("Debian", False, {"enabled": False, "state": "stopped", "restart_when_changed": [], "package_default": "enabled"}),
+    ("RedHat", True, {"masked": False, "enabled": True, "state": "started", "restart_when_changed": [DROPIN], "package_default": "disabled"}),
 ])
-def test_the_switch(distro: str, enabled: bool, loaded: bool, expected: dict[str, t.Any]) -> None:
-    assert switch(distro, enabled, loaded) == {"name": SERVICE, **expected}
+def test_the_switch(distro: str, enabled: bool, expected: dict[str, t.Any]) -> None:
+    assert unit(distro, enabled) == {"name": SERVICE, "start_if_exists": DRIVER, **expected}
+
+
+@pytest.mark.parametrize(("distro", "enabled", "loaded", "state", "verbs"), [
+    # Ubuntu's static unit: on is never masked (and started with a driver); off is masked and stopped
+    ("Ubuntu", True, False, STATIC, []),
+    ("Ubuntu", True, True, STATIC, ["start"]),
+    ("Ubuntu", True, True, MASKED, ["unmask", "start"]),
+    ("Ubuntu", False, False, STATIC, ["mask"]),
+    ("Ubuntu", False, True, dict(STATIC, active="active"), ["mask", "stop"]),
+    # Debian's unit: enabled (and unmasked) or disabled and stopped; never masked by the role
+    ("Debian", True, True, DISABLED, ["enable", "start"]),
+    ("Debian", True, False, DISABLED, ["enable"]),
+    ("Debian", True, False, MASKED, ["unmask", "enable"]),
+    ("Debian", False, False, ENABLED_RUNNING, ["disable", "stop"]),
+    ("Debian", False, True, dict(DISABLED, enabled="static"), []),
+])
+def test_what_the_switch_does(distro: str, enabled: bool, loaded: bool, state: dict[str, str], verbs: list[str]) -> None:
+    assert _apply.plan_unit(unit(distro, enabled), state, start_ok=loaded)[0] == verbs
 
 
 @pytest.mark.parametrize(("distro", "enabled", "predicted"), [
@@ -85,54 +114,64 @@ def test_the_switch(distro: str, enabled: bool, loaded: bool, expected: dict[str
     ("Debian", False, True),   # ... so disabling is a change
 ])
 def test_check_mode_predicts_the_switch_of_a_unit_not_installed_yet(distro: str, enabled: bool, predicted: bool) -> None:
-    twin = next(task for task in _tasks(SWITCH) if "ansible.builtin.debug" in task)
-    templar = _templar(distro, enabled)
-    assert templar.evaluate_conditional(trust_as_template(twin["changed_when"])) is predicted
+    request = unit(distro, enabled)
+    state = _apply.predicted_state(SERVICE, {"load": "not-found", "enabled": "", "active": "inactive"}, {}, request["package_default"])
+    assert bool(_apply.plan_unit(request, state, start_ok=False)[0]) is predicted
 
 
-@pytest.mark.parametrize(("distro", "enabled", "recorded"), [("Ubuntu", False, True), ("Ubuntu", True, False), ("Debian", False, False)])
-def test_the_mask_is_recorded_only_when_the_role_masks(distro: str, enabled: bool, recorded: bool) -> None:
-    task, = _tasks("Record that the role masked nvidia-persistenced, for state absent")
-    templar = _templar(distro, enabled)
-    assert _when(templar, task) is recorded
-    assert templar.template(trusted(task["ansible.builtin.lineinfile"])) == {
-        "path": RECORD, "line": SERVICE, "create": True, "owner": "root", "group": "root", "mode": "0644"}
+def test_the_boot_unit_is_predicted_enabled_on_a_fresh_host() -> None:
+    args = applied("Debian", True)
+    boot = next(item for item in args["units"] if item["name"] == BOOT)
+    assert boot == {"name": BOOT, "enabled": True}
+    written = {item["path"]: item["content"] for item in args["files"]}
+    state = _apply.predicted_state(BOOT, {"load": "not-found", "enabled": "", "active": "inactive"}, written, None)
+    assert _apply.plan_unit(boot, state)[0] == ["enable"]
 
 
-@pytest.mark.parametrize(("unit", "dropin_changed", "loaded", "forgotten"), [
-    ({"changed": True, "status": {"LoadState": "masked"}}, False, False, True),     # the switch unmasked it
-    ({"changed": True, "status": {"LoadState": "loaded"}}, False, True, False),     # only started
-    ({"changed": False, "status": {"LoadState": "loaded"}}, True, True, True),      # the restart handler unmasked it
-    ({"changed": False, "status": {"LoadState": "loaded"}}, True, False, False),    # no restart without a driver
-    ({"skipped": True, "changed": False}, False, False, False),                      # check mode, not installed yet
-])
-def test_the_record_is_forgotten_when_the_unit_is_unmasked(unit: dict, dropin_changed: bool, loaded: bool, forgotten: bool) -> None:
-    task, = _tasks("Forget the mask the role recorded")
-    templar = _templar("Ubuntu", True, loaded, __gpu_settings_persistenced_unit=unit, __gpu_settings_dropin_file={"changed": dropin_changed})
-    assert _when(templar, task) is forgotten
-    assert not _when(_templar("Ubuntu", False, loaded, __gpu_settings_persistenced_unit=unit,
-                              __gpu_settings_dropin_file={"changed": dropin_changed}), task)
+@pytest.mark.parametrize(("distro", "enabled", "recorded", "forgotten"), [
+    ("Ubuntu", False, True, False), ("Ubuntu", True, False, True), ("Debian", False, False, False), ("Debian", True, False, True)])
+def test_the_mask_is_recorded_only_when_the_role_masks(distro: str, enabled: bool, recorded: bool, forgotten: bool) -> None:
+    args = applied(distro, enabled)
+    files = {item["path"]: item for item in args["files"]}
+    assert (RECORD in files) is recorded
+    if recorded:
+        assert files[RECORD] == {"path": RECORD, "content": SERVICE + "\n", "owner": "root", "group": "root", "mode": "0644"}
+        assert {"path": "/var/lib/gpuhost", "owner": "root", "group": "root", "mode": "0755"} in args["directories"]
+    # switched on again, the unit is unmasked (masked: false) and the record goes with it
+    assert (RECORD in args["absent"]) is forgotten
 
 
-def test_the_restart_handler_unmasks_first() -> None:
-    handler = next(task for task in yaml.safe_load((ROLE / "handlers" / "main.yml").read_text(encoding="utf-8"))
-                   if task["name"] == "Restart nvidia-persistenced")
-    assert handler["ansible.builtin.systemd_service"]["masked"] is False
-    assert "gpu_settings_persistenced_enabled" in handler["when"]
+def test_the_files_the_role_writes() -> None:
+    args = applied("Debian", True)
+    files = {item["path"]: item for item in args["files"]}
+    assert sorted(files) == sorted([DROPIN, "/etc/gpuhost/gpu_settings.json", "/usr/local/libexec/gpuhost/gpu-settings",
+                                    "/etc/systemd/system/" + BOOT])
+    assert {(item["owner"], item["group"], item["mode"]) for item in files.values()} == {("root", "root", "0644")}
+    assert files[DROPIN]["content"].endswith("ExecStart=\nExecStart=/usr/bin/nvidia-persistenced --user nvpd --persistence-mode\n")
+    assert files["/usr/local/libexec/gpuhost/gpu-settings"]["content"] == (ROLE / "files" / "gpuhost-gpu-settings").read_text(encoding="utf-8")
+    assert files["/etc/gpuhost/gpu_settings.json"]["content"].endswith('"persistence_mode": true\n}\n')
+    assert [item["path"] for item in args["directories"]] == [
+        "/etc/systemd/system/nvidia-persistenced.service.d", "/etc/gpuhost", "/usr/local/libexec/gpuhost"]
+    # off: no drop-in is written (one left from an earlier run stays) and its directory is not ensured
+    off = applied("Debian", False)
+    assert DROPIN not in [item["path"] for item in off["files"]]
+    assert "/etc/systemd/system/nvidia-persistenced.service.d" not in [item["path"] for item in off["directories"]]
 
 
-@pytest.mark.parametrize(("found", "unmasked"), [([RECORD], True), ([], False), (["/etc/systemd/system/gpuhost-gpu-settings.service"], False)])
+@pytest.mark.parametrize(("found", "unmasked"), [([RECORD], True), ([], False)])
 def test_state_absent_unmasks_only_what_the_role_recorded(found: list[str], unmasked: bool) -> None:
-    task, = _tasks("Unmask nvidia-persistenced, which the role masked", "absent.yml")
-    templar = _templar("Ubuntu", False, __gpu_settings_found={"files": [{"path": path} for path in found]})
-    assert _when(templar, task) is unmasked
-    assert task["ansible.builtin.systemd_service"] == {"name": "{{ __gpu_settings_persistenced_service }}", "masked": False}
-    removed, = _tasks("Remove the boot unit, its script, its spec and the nvidia-persistenced drop-in", "absent.yml")
-    assert templar.template(trusted(removed["loop"]))[-1] == RECORD
-    # the drop-in stays at the index the restart after the removal reads
-    assert "results[3]" in str(_tasks("Restart nvidia-persistenced without the persistence-mode drop-in when the driver is loaded",
-                                      "absent.yml")[0]["when"])
-    assert templar.template(trusted(removed["loop"]))[3] == templar.template(trust_as_template("{{ __gpu_settings_persistenced_dropin }}"))
+    args = applied("Ubuntu", False, "absent.yml", "Remove the boot unit, its script, its spec and the nvidia-persistenced drop-in")
+    boot, persistenced = args["units"]
+    assert boot == {"name": BOOT, "enabled": False}
+    assert persistenced == {"name": SERVICE, "masked": False, "switch_if_exists": RECORD, "start_if_exists": DRIVER, "restart_when_changed": [DROPIN]}
+    assert _apply.plan_unit(persistenced, MASKED, switch_ok=bool(found))[0] == (["unmask"] if unmasked else [])
+    # the files first, then the directories the role created (each removed once nothing else is in it)
+    assert args["absent"] == ["/etc/systemd/system/" + BOOT, "/usr/local/libexec/gpuhost/gpu-settings", "/etc/gpuhost/gpu_settings.json",
+                              DROPIN, RECORD, "/etc/gpuhost", "/usr/local/libexec/gpuhost", "/etc/systemd/system/nvidia-persistenced.service.d"]
+    # the drop-in's removal restarts nvidia-persistenced only when it runs and the driver is loaded
+    running = dict(STATIC, active="active")
+    assert _apply.needs_restart(persistenced, [], running, {DROPIN}, start_ok=True)
+    assert not _apply.needs_restart(persistenced, [], running, {DROPIN}, start_ok=False)
 
 
 def test_state_absent_takes_its_directories_out_of_the_shared_fact() -> None:
@@ -142,14 +181,16 @@ def test_state_absent_takes_its_directories_out_of_the_shared_fact() -> None:
     assert templar.template(trusted(task["ansible.builtin.set_fact"]["gpuhost_ensured_dirs"])) == {"/opt/other": "root:root:0755"}
 
 
-@pytest.mark.parametrize(("distro", "enabled", "start"), [
-    ("Ubuntu", False, "masked and stopped (a static unit"),
-    ("Ubuntu", True, "static (no [Install] section"),
-    ("Debian", False, "disabled and stopped"),
-    ("Debian", True, "enabled with persistence mode on"),
+@pytest.mark.parametrize(("distro", "enabled", "units", "start"), [
+    ("Ubuntu", False, {}, "masked and stopped (a static unit"),
+    ("Ubuntu", True, {}, "static (no [Install] section"),
+    ("Debian", False, {}, "disabled and stopped"),
+    ("Debian", True, {}, "enabled with persistence mode on"),
+    # a unit systemd reports static where the distribution's vars do not say so
+    ("Debian", True, {SERVICE: STATIC}, "static (no [Install] section"),
 ])
-def test_the_report_says_masked_static_or_disabled(distro: str, enabled: bool, start: str) -> None:
+def test_the_report_says_masked_static_or_disabled(distro: str, enabled: bool, units: dict, start: str) -> None:
     task, = _tasks("Report what the role configured, for the site summary")
-    templar = _templar(distro, enabled, __gpu_settings_persistenced_unit={"skipped": True})
+    templar = _templar(distro, enabled, __gpu_settings_applied={"units": units})
     state = templar.template(trusted(task["vars"]["__gpu_settings_persistenced_state"]))
     assert state.startswith(start), state

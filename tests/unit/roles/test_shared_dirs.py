@@ -25,9 +25,11 @@ import yaml
 from ansible.errors import AnsibleError
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
-from role_templates import trusted
+from role_templates import inline_lookups, trusted
 
 ROLES = pathlib.Path(__file__).resolve().parents[3] / "roles"
+# gpuhost.nvidia.gpuhost_apply: a role's directories and files in one call.
+APPLY = "gpuhost.nvidia.gpuhost_apply"
 # Modules that write a whole file (lineinfile and blockinfile edit a part: two roles may keep their own blocks in one file,
 # pacman.conf's, which exists before any role runs).
 FILE_WRITERS = {"ansible.builtin.template": "dest", "ansible.builtin.copy": "dest"}
@@ -38,7 +40,25 @@ def _role_vars(role: str) -> dict[str, t.Any]:
     for path in (ROLES / role / "defaults" / "main.yml", ROLES / role / "vars" / "main.yml"):
         if path.exists():
             variables.update(yaml.safe_load(path.read_text(encoding="utf-8")) or {})
-    return trusted(variables)
+    return {**trusted(variables), "role_path": str(ROLES / role), "ansible_managed": "Ansible managed"}
+
+
+def _apply_entries(templar: Templar, task: dict, key: str, extra: dict[str, t.Any] | None = None) -> list[dict[str, t.Any]]:
+    """The ``directories`` or ``files`` entries of a gpuhost_apply task, rendered; [] when they cannot be (host facts).
+
+    The role's vars/default.yml (its values for a distribution without a vars file of its own) fill in what the file
+    contents are rendered from.
+    """
+    role_path = pathlib.Path(templar.available_variables["role_path"])
+    fallback = role_path / "vars" / "default.yml"
+    distro = trusted(yaml.safe_load(fallback.read_text(encoding="utf-8")) or {}) if fallback.exists() else {}
+    (value, task_vars), lookups = inline_lookups([task[APPLY].get(key) or [], task.get("vars") or {}], role_path)
+    scoped = templar.copy_with_new_env(available_variables={**distro, **templar.available_variables, **lookups, **trusted(task_vars),
+                                                            **(extra or {})})
+    try:
+        return list(scoped.template(trusted(value)))
+    except (AnsibleError, KeyError, TypeError):
+        return []
 
 
 def _walk(tasks: list[dict]) -> t.Iterator[dict]:
@@ -81,6 +101,11 @@ def _managed() -> tuple[dict[str, list[tuple[str, str, dict]]], dict[str, list[t
             if isinstance(file_args, dict) and file_args.get("state") == "directory":
                 for path in _paths(templar, task, "path"):
                     dirs.setdefault(path, []).append((role, name, task))
+            if isinstance(task.get(APPLY), dict):
+                for entry in _apply_entries(templar, task, "directories"):
+                    dirs.setdefault(entry["path"], []).append((role, name, task))
+                for entry in _apply_entries(templar, task, "files"):
+                    files.setdefault(entry["path"], []).append((role, task["name"]))
             for module, key in FILE_WRITERS.items():
                 if isinstance(task.get(module), dict) and key in task[module]:
                     for path in _paths(templar, task, key):
@@ -105,11 +130,20 @@ def test_the_shared_directory_today() -> None:
 @pytest.mark.parametrize("path", sorted(SHARED))
 def test_every_task_on_a_shared_directory_follows_the_contract(path: str) -> None:
     for role, name, task in SHARED[path]:
-        args = task["ansible.builtin.file"]
-        attrs = f"{args['owner']}:{args['group']}:{args['mode']}"
-        when = task.get("when")
-        conditions = when if isinstance(when, list) else [when]
-        assert any("gpuhost_ensured_dirs" in str(condition) and f"!= '{attrs}'" in str(condition) for condition in conditions), (role, name)
+        if APPLY in task:
+            # gpuhost_apply: the entry is left out when an earlier role ensured it with the same attributes, and only then
+            templar = Templar(loader=DataLoader(), variables=_role_vars(role))
+            entry = next(item for item in _apply_entries(templar, task, "directories") if item["path"] == path)
+            attrs = f"{entry['owner']}:{entry['group']}:{entry['mode']}"
+            ensured = [item["path"] for item in _apply_entries(templar, task, "directories", {"gpuhost_ensured_dirs": {path: attrs}})]
+            other = [item["path"] for item in _apply_entries(templar, task, "directories", {"gpuhost_ensured_dirs": {path: attrs + "0"}})]
+            assert path not in ensured and path in other, (role, name)
+        else:
+            args = task["ansible.builtin.file"]
+            attrs = f"{args['owner']}:{args['group']}:{args['mode']}"
+            when = task.get("when")
+            conditions = when if isinstance(when, list) else [when]
+            assert any("gpuhost_ensured_dirs" in str(condition) and f"!= '{attrs}'" in str(condition) for condition in conditions), (role, name)
         publish = [other for file, other in _tasks(role)
                    if "gpuhost_ensured_dirs" in (other.get("ansible.builtin.set_fact") or {}) and file != "absent.yml"]
         assert publish, f"{role} never adds what it ensured to gpuhost_ensured_dirs"
@@ -150,10 +184,10 @@ def test_a_run_predicts_the_shared_directory_once_whichever_role_comes_first() -
     assert ensured == {"/etc/gpuhost": "root:root:0755", libexec: "root:root:0755"}
     assert not _condition("vfio_passthrough", "Ensure the directory of the per-device override script", {**plan, "gpuhost_ensured_dirs": ensured})
     assert _condition("vfio_passthrough", "Ensure the directory of the per-device override script", plan)
-    # vfio_passthrough first: gpu_settings' loop leaves that item out and still creates its spec directory
-    item = {"gpuhost_ensured_dirs": {libexec: "root:root:0755"}}
-    assert not _condition("gpu_settings", "Create the gpuhost directories", {**item, "item": libexec})
-    assert _condition("gpu_settings", "Create the gpuhost directories", {**item, "item": "/etc/gpuhost"})
+    # vfio_passthrough first: gpu_settings' call leaves that directory out and still creates its spec directory
+    apply_task = next(task for _file, task in _tasks("gpu_settings") if APPLY in task and task[APPLY].get("directories"))
+    left = [entry["path"] for entry in _apply_entries(settings, apply_task, "directories", {"gpuhost_ensured_dirs": {libexec: "root:root:0755"}})]
+    assert libexec not in left and "/etc/gpuhost" in left
     # another owner or mode is no match: the later role fixes it itself
     assert _condition("vfio_passthrough", "Ensure the directory of the per-device override script",
                       {**plan, "gpuhost_ensured_dirs": {libexec: "root:root:0700"}})
