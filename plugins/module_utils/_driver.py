@@ -956,3 +956,92 @@ def dnf_versions(output: t.Any, name: str) -> list[str]:
         if fields[1] not in versions:
             versions.append(fields[1])
     return versions
+
+
+# The host inventory the role plans from (gpuhost.nvidia.nvidia_driver_host, #21): one read-only module call instead of
+# a stat of mokutil, mokutil --sb-state, a stat per .run installer marker, package_facts, a find of repository files, a
+# stat of the running kernel's build directory and a package manager's question about its headers package.
+# Each installed-package query lists every installed package in one line each; the parsers keep what package_facts
+# would report for a name (its version as the package manager prints it), so the role's expressions read the same.
+INSTALLED_QUERIES: dict[str, list[str]] = {
+    # dpkg-query (dpkg 1.16.2 and later): the abbreviated status says whether a listed package is really installed.
+    "apt": ["dpkg-query", "-W", "-f=${Package}\\t${Architecture}\\t${db:Status-Abbrev}\\t${Version}\\n"],
+    # rpm: %{EPOCH} prints "(none)" for a package without an epoch.
+    "rpm": ["rpm", "-qa", "--qf", "%{NAME}\\t%{EPOCH}\\t%{VERSION}\\t%{RELEASE}\\t%{ARCH}\\n"],
+    # pacman -Q: "name version" (the version with its epoch and pkgrel, as -Qi prints it).
+    "pacman": ["pacman", "-Q"],
+}
+# The role's package manager and the package database it reads first (package_facts' manager names).
+PACKAGE_DATABASES: dict[str, str] = {"apt": "apt", "dnf": "rpm", "pacman": "pacman"}
+# Asked only when the running kernel's build directory is missing: exit status 0 when a repository offers the package.
+HEADERS_QUERIES: dict[str, list[str]] = {
+    "apt": ["apt-cache", "show", "--no-all-versions"],
+    "dnf": ["dnf", "-q", "info"],
+    "pacman": ["pacman", "-Si"],
+}
+# dpkg's current-state letter (the second of db:Status-Abbrev) of a package that is not installed: n (not-installed)
+# and c (config-files: removed, its configuration files kept). Every other state has an installed version, which
+# python-apt (package_facts) lists too.
+_DPKG_NOT_INSTALLED = ("n", "c")
+
+
+def database_order(pkg_mgr: str) -> list[str]:
+    """The package databases to read, the role's package manager's first (a host can carry a second database: an
+    emulated EL host on Debian, alien); the others are read only when it lists no package (package_facts' ``auto``)."""
+    first = PACKAGE_DATABASES.get(str(pkg_mgr or ""))
+    return ([first] if first else []) + [db for db in ("apt", "pacman", "rpm") if db != first]
+
+
+def parse_installed(database: str, output: t.Any) -> dict[str, list[dict[str, t.Any]]]:
+    """Installed packages by name from ``INSTALLED_QUERIES[database]``'s output, in package_facts' form.
+
+    apt: a package of another architecture than dpkg's own is named ``name:arch``, as python-apt names it; ``all`` is
+    the native one. rpm: ``epoch`` is an int or None, ``version`` without epoch and release, as package_facts reports
+    it. pacman: ``version`` as pacman prints it.
+    """
+    text = str(output or "")
+    packages: dict[str, list[dict[str, t.Any]]] = {}
+    if database == "apt":
+        rows = [line.split("\t") for line in text.splitlines()]
+        rows = [row for row in rows if len(row) == 4 and row[0] and len(row[2]) >= 2 and row[2][1] not in _DPKG_NOT_INSTALLED]
+        native = next((row[1] for row in rows if row[0] == "dpkg"), None)
+        for name, arch, _status, version in rows:
+            key = name if arch in ("all", native) or native is None else "%s:%s" % (name, arch)
+            packages.setdefault(key, []).append({"name": name, "version": version, "arch": arch, "source": "apt"})
+    elif database == "rpm":
+        for line in text.splitlines():
+            row = line.split("\t")
+            if len(row) != 5 or not row[0]:
+                continue
+            epoch = int(row[1]) if row[1].isdigit() else None
+            packages.setdefault(row[0], []).append(
+                {"name": row[0], "epoch": epoch, "version": row[2], "release": row[3], "arch": row[4], "source": "rpm"})
+    elif database == "pacman":
+        for line in text.splitlines():
+            row = line.split()
+            if len(row) == 2:
+                packages.setdefault(row[0], []).append({"name": row[0], "version": row[1], "source": "pacman"})
+    else:
+        raise ValueError("package database %r is not one of %s" % (database, ", ".join(INSTALLED_QUERIES)))
+    return packages
+
+
+def select_installed(packages: Mapping[str, t.Any], names: t.Any, prefixes: t.Any) -> dict[str, t.Any]:
+    """The installed packages the role reads: those named, and those whose name starts with one of ``prefixes``."""
+    wanted = set(str(n) for n in _as_list(names))
+    starts = tuple(str(p) for p in _as_list(prefixes) if str(p))
+    return {name: packages[name] for name in sorted(packages) if name in wanted or (starts and name.startswith(starts))}
+
+
+def secure_boot_enabled(mokutil_found: bool, output: t.Any) -> bool | None:
+    """Secure Boot from ``mokutil --sb-state``: None without mokutil (unknown), else whether it printed
+    "SecureBoot enabled" (it exits non-zero on machines without EFI variables and says so)."""
+    if not mokutil_found:
+        return None
+    return "SecureBoot enabled" in str(output or "")
+
+
+def mentions_any(text: t.Any, needles: t.Any) -> bool:
+    """Whether a line of ``text`` contains one of ``needles`` (a repository definition naming NVIDIA's hosts)."""
+    words = [str(n) for n in _as_list(needles) if str(n)]
+    return any(word in line for line in str(text or "").splitlines() for word in words)

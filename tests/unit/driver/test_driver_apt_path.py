@@ -29,13 +29,15 @@ MADISON = [
 
 def _host(kernel="6.18.44-fc-v657", packages=(), offered=None, headers_now=False):
     host = Host("debian12")
-    host.variables["ansible_facts"] = dict(host.facts, kernel=kernel, packages={name: [{"version": "1"}] for name in packages})
+    host.variables["ansible_facts"] = dict(host.facts, kernel=kernel)
     plan = host.plan({"source": "distro", "flavour": "open"})
     host.variables.update({
         "__nvidia_driver_plan": plan, "__nvidia_driver_pkgs": host.packages(plan), "nvidia_driver_install_headers": True,
         "__nvidia_driver_offered": {"stdout_lines": MADISON if offered is None else offered},
-        "__nvidia_driver_headers_dir": {"stat": {"exists": not headers_now}},
-        "__nvidia_driver_headers_available": {"rc": 0}, "nvidia_driver_repo_pending": False,
+        # tasks/preflight.yml's one gpuhost.nvidia.nvidia_driver_host answer (#21).
+        "__nvidia_driver_host_probe": {"packages": {name: [{"version": "1"}] for name in packages},
+                                       "headers_present": not headers_now, "headers_offered": True},
+        "nvidia_driver_repo_pending": False,
     })
     return host
 

@@ -5,7 +5,7 @@
 """Fabric Manager and NSCQ held at the driver's exact version (#20), and dnf 4 / dnf 5 output read the same way.
 
 The holds are rendered as the role writes them: the apt stanzas through the internal repository role's apt.pref.j2 with
-the variables tasks/fabric_manager.yml passes, the dnf 5 entries through templates/versionlock-dnf5-lockstep.toml.j2.
+the variables tasks/fabric_manager.yml passes to its apt_pin.yml, the dnf 5 entries through templates/versionlock-dnf5-lockstep.toml.j2.
 The dnf outputs are real: dnf 4's from Debian's dnf 4.14 (the emulated rocky9 host) listing the stub rpm repository,
 dnf 5's from dnf 5's own behave tests (docs/sources.md, "dnf 5").
 """
@@ -39,14 +39,22 @@ def _env():
     return env
 
 
-def _render_apt(hold):
-    """The lockstep preferences file: tasks/fabric_manager.yml's pin through apt.pref.j2."""
-    task = _fm_task("ansible.builtin.template")
-    variables = {"__nvidia_driver_lockstep_hold": hold, "__nvidia_driver_pin_file": "/etc/apt/preferences.d/gpuhost-nvidia-driver.pref"}
+def _pin(hold, wanted=True):
+    """tasks/fabric_manager.yml's pin for the internal repository role's apt_pin.yml."""
+    task = _fm_task("ansible.builtin.include_role")
+    assert task["ansible.builtin.include_role"] == {"name": "gpuhost.nvidia.internal_repository", "tasks_from": "apt_pin.yml"}
+    variables = {"__nvidia_driver_lockstep_hold": hold, "__nvidia_driver_pin_file": "/etc/apt/preferences.d/gpuhost-nvidia-driver.pref",
+                 "__nvidia_driver_lockstep_wanted": wanted}
     native = NativeEnvironment(undefined=jinja2.StrictUndefined)
     native.filters["basename"] = os.path.basename
+    native.filters["bool"] = bool
     native.filters["combine"] = lambda first, second: {**first, **second}  # Ansible's combine, shallow as the task uses it
-    pin = native.from_string(task["vars"]["internal_repository_pin"].strip()).render(**variables)
+    return task, native.from_string(task["vars"]["internal_repository_pin"].strip()).render(**variables)
+
+
+def _render_apt(hold):
+    """The lockstep preferences file: tasks/fabric_manager.yml's pin through apt.pref.j2."""
+    task, pin = _pin(hold)
     with open(os.path.join(ROLES, "internal_repository", "templates", "apt.pref.j2"), encoding="utf-8") as handle:
         return _env().from_string(handle.read()).render(internal_repository_pin=pin, ansible_managed="managed",
                                                         internal_repository_owner=task["vars"]["internal_repository_owner"])
@@ -64,6 +72,14 @@ def test_apt_holds_fabric_manager_at_the_driver_version_and_no_other():
     assert second == {"Explanation": "no other version of them moves without the driver", "Package": "libnvidia-nscq-580 nvidia-fabricmanager-580",
                       "Pin": "version *", "Pin-Priority": "-1"}
     assert "gpuhost-nvidia-driver.pref" in text
+
+
+def test_nothing_pinned_removes_the_lockstep_file_through_the_same_call():
+    # apt_pin.yml removes its file when the pin is empty: nvidia_driver_pin false leaves no hold of an earlier run.
+    task, pin = _pin(_driver.lockstep_hold(["nvidia-fabricmanager-580"], "580.105.08"), wanted=False)
+    assert pin == {}
+    assert task["vars"]["internal_repository_pin_file"] == "{{ __nvidia_driver_lockstep_pin_file }}"
+    assert "not __nvidia_driver_lockstep_wanted | bool or __nvidia_driver_lockstep_hold.held" in task["when"]
 
 
 def test_the_lockstep_file_is_read_before_the_branch_pin():

@@ -113,8 +113,13 @@ def _absent_packages(installed: list[str]) -> list[str]:
     tasks = yaml.safe_load((ROLES / "nvidia_driver" / "tasks" / "main.yml").read_text(encoding="utf-8"))
     absent_vars = next(task["vars"] for task in tasks if task.get("name") == "Remove what the role added")
     host = _ubuntu_host("ubuntu2404", "6.8.0-1031-azure")
-    variables = {**host.variables, **{k: trust_as_template(v) if isinstance(v, str) else v for k, v in absent_vars.items()},
-                 "ansible_facts": {**host.facts, "packages": {name: [{"version": "1"}] for name in installed}}}
+    variables = {**host.variables, **{k: trust_as_template(v) if isinstance(v, str) else v for k, v in absent_vars.items()}}
+    templar = Templar(loader=DataLoader(), variables=variables)
+    # tasks/absent.yml's nvidia_driver_host read: the installed packages named by the tokens or starting with a prefix.
+    tokens = templar.template(variables["__nvidia_driver_absent_tokens"])
+    selected = _driver.select_installed({name: [{"version": "1"}] for name in installed}, [t for t in tokens if "{" not in t],
+                                        templar.template(variables["__nvidia_driver_absent_prefixes"]))
+    variables["__nvidia_driver_absent_installed"] = {"packages": selected}
     return Templar(loader=DataLoader(), variables=variables).template(variables["__nvidia_driver_absent_packages"])
 
 

@@ -1,0 +1,276 @@
+#!/usr/bin/python
+# Copyright (c) gpuhost.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: nvidia_driver_host
+short_description: Read, in one call, what the nvidia_driver role plans from on a host
+version_added: 0.1.0
+description:
+  - Read-only. Gathers what the C(gpuhost.nvidia.nvidia_driver) role's plan and its later tasks read from the host - the
+    Secure Boot state, a driver installed by NVIDIA's C(.run) installer, the installed packages the role reasons about,
+    other repository definitions that name NVIDIA's hosts, the running kernel's headers and whether a repository offers
+    their package - in one module call instead of one remote task each.
+  - This is the driver role's host inventory, not GPU facts - those come from M(gpuhost.nvidia.nvidia_gpu_facts). Nothing
+    is set as a fact; register the result.
+  - The installed packages come from one query of the package database (C(dpkg-query -W), C(rpm -qa) or C(pacman -Q)),
+    the role's package manager's first; the others are read only when it lists no package. Only the packages named in
+    O(packages) or starting with one of O(package_prefixes) are returned, in the form of C(ansible.builtin.package_facts).
+author:
+  - gpuhost.nvidia developers (@gpuhost)
+attributes:
+  check_mode:
+    support: full
+    description: Reads only, in check mode too.
+  diff_mode:
+    support: none
+  platform:
+    support: full
+    platforms: posix
+    description: Linux hosts with dpkg, rpm or pacman.
+options:
+  package_manager:
+    description:
+      - The role's package manager. Its package database is read first, and it answers the headers question
+        (C(apt-cache show), C(dnf info), C(pacman -Si)). Any other value reads the databases in the order apt, pacman, rpm
+        and asks nothing about headers.
+    type: str
+    default: ''
+  packages:
+    description:
+      - Names of installed packages to return.
+    type: list
+    elements: str
+    default: []
+  package_prefixes:
+    description:
+      - Return every installed package whose name starts with one of these.
+    type: list
+    elements: str
+    default: []
+  mokutil:
+    description:
+      - Path of mokutil. When it exists, C(mokutil --sb-state) says whether Secure Boot is enabled. Empty asks nothing.
+    type: path
+    default: /usr/bin/mokutil
+  runfile_markers:
+    description:
+      - Files that NVIDIA's C(.run) installer leaves; those that exist are returned in RV(runfile_install).
+    type: list
+    elements: path
+    default: []
+  repo_dirs:
+    description:
+      - Directories of repository definitions. Their regular files (not hidden, not in subdirectories) with a line that
+        contains one of O(repo_mentions) are returned in RV(foreign_repo_files).
+    type: list
+    elements: path
+    default: []
+  repo_mentions:
+    description:
+      - Strings (host names, URLs) that make a repository definition another NVIDIA repository.
+    type: list
+    elements: str
+    default: []
+  repo_exclude:
+    description:
+      - File names (not paths) in O(repo_dirs) that are not looked at - the role's own repository file.
+    type: list
+    elements: str
+    default: []
+  headers_dir:
+    description:
+      - The running kernel's build directory (C(/lib/modules/<release>/build)); empty skips the headers questions.
+    type: path
+  headers_package:
+    description:
+      - The package with the running kernel's headers. Asked about only when O(headers_dir) does not exist; empty asks
+        nothing.
+    type: str
+    default: ''
+seealso:
+  - module: gpuhost.nvidia.nvidia_gpu_facts
+  - module: ansible.builtin.package_facts
+"""
+
+EXAMPLES = r"""
+- name: Read what the driver role plans from
+  gpuhost.nvidia.nvidia_driver_host:
+    package_manager: apt
+    packages: [nvidia-kernel-dkms, nvidia-open-kernel-dkms, linux-image-amd64]
+    package_prefixes: [nvidia, libnvidia]
+    runfile_markers: [/usr/bin/nvidia-uninstall, /var/lib/nvidia/.manifest]
+    repo_dirs: [/etc/apt/sources.list.d]
+    repo_mentions: [developer.download.nvidia.com]
+    repo_exclude: [gpuhost-nvidia-cuda.sources]
+    headers_dir: "/lib/modules/{{ ansible_facts['kernel'] }}/build"
+    headers_package: "linux-headers-{{ ansible_facts['kernel'] }}"
+  register: driver_host
+
+- name: Show the installed version of the driver
+  ansible.builtin.debug:
+    msg: "{{ (driver_host.packages['nvidia-kernel-dkms'] | default([{}]) | first).version | default('not installed') }}"
+"""
+
+RETURN = r"""
+packages:
+  description:
+    - The installed packages named in O(packages) or starting with one of O(package_prefixes), by name, each a list of
+      its installed versions in the form of C(ansible.builtin.package_facts) (rpm adds C(epoch), C(release)). A package of
+      another architecture than dpkg's own is named C(name:arch).
+  returned: always
+  type: dict
+  sample: {"nvidia-open-kernel-dkms": [{"name": "nvidia-open-kernel-dkms", "version": "535.261.03-1~deb12u1", "arch": "amd64", "source": "apt"}]}
+package_database:
+  description: The package database that listed the packages (V(apt), V(rpm) or V(pacman)); null when none did.
+  returned: always
+  type: str
+  sample: apt
+secure_boot:
+  description: Whether Secure Boot is enabled; null when O(mokutil) does not exist (unknown).
+  returned: always
+  type: bool
+  sample: false
+sb_state:
+  description: What C(mokutil --sb-state) printed on standard output; empty without mokutil.
+  returned: always
+  type: str
+  sample: SecureBoot disabled
+runfile_install:
+  description: The O(runfile_markers) that exist.
+  returned: always
+  type: list
+  elements: str
+  sample: [/usr/bin/nvidia-uninstall]
+foreign_repo_files:
+  description: The repository definitions in O(repo_dirs) that name one of O(repo_mentions), sorted.
+  returned: always
+  type: list
+  elements: str
+  sample: [/etc/apt/sources.list.d/cuda-debian12-x86_64.list]
+headers_present:
+  description: Whether O(headers_dir) exists (a symbolic link counts, as C(ansible.builtin.stat) reports it); null when O(headers_dir) is not given.
+  returned: always
+  type: bool
+  sample: false
+headers_offered:
+  description: Whether a repository offers O(headers_package) (the package manager's exit status); null when not asked.
+  returned: always
+  type: bool
+  sample: true
+"""
+
+import os
+import stat
+import typing as t
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.common.text.converters import to_text
+
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _driver
+
+C_ENV = {"LC_ALL": "C", "LANGUAGE": "C"}
+
+
+def run(module: AnsibleModule, argv: list[str]) -> tuple[int, str] | None:
+    """Run a read-only command; None when its binary is not on the host."""
+    path = module.get_bin_path(argv[0])
+    if not path:
+        return None
+    rc, out, _err = module.run_command([path] + argv[1:], environ_update=C_ENV)
+    return rc, out
+
+
+def installed(module: AnsibleModule, pkg_mgr: str) -> tuple[str | None, dict[str, t.Any]]:
+    """The first package database, in the role's order, that lists any package."""
+    for database in _driver.database_order(pkg_mgr):
+        answer = run(module, _driver.INSTALLED_QUERIES[database])
+        if answer is None or answer[0] != 0:
+            continue
+        packages = _driver.parse_installed(database, answer[1])
+        if packages:
+            return database, packages
+    return None, {}
+
+
+def repo_files(directories: list[str], mentions: list[str], exclude: list[str]) -> list[str]:
+    """Regular, not hidden files directly in ``directories`` with a line naming one of ``mentions``."""
+    found = []
+    for directory in directories:
+        try:
+            names = os.listdir(directory)
+        except OSError:
+            continue
+        for name in names:
+            path = os.path.join(directory, name)
+            if name.startswith(".") or name in exclude:
+                continue
+            try:
+                if not stat.S_ISREG(os.lstat(path).st_mode):
+                    continue
+                with open(path, "rb") as handle:
+                    text = to_text(handle.read(), errors="surrogate_or_replace")
+            except OSError:
+                continue
+            if _driver.mentions_any(text, mentions):
+                found.append(path)
+    return sorted(found)
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "package_manager": {"type": "str", "default": ""},
+            "packages": {"type": "list", "elements": "str", "default": []},
+            "package_prefixes": {"type": "list", "elements": "str", "default": []},
+            "mokutil": {"type": "path", "default": "/usr/bin/mokutil"},
+            "runfile_markers": {"type": "list", "elements": "path", "default": []},
+            "repo_dirs": {"type": "list", "elements": "path", "default": []},
+            "repo_mentions": {"type": "list", "elements": "str", "default": []},
+            "repo_exclude": {"type": "list", "elements": "str", "default": []},
+            "headers_dir": {"type": "path"},
+            "headers_package": {"type": "str", "default": ""},
+        },
+        supports_check_mode=True,
+    )
+    params = module.params
+    pkg_mgr = params["package_manager"] or ""
+
+    # Existence as ansible.builtin.stat reports it (a symbolic link counts, followed or not).
+    sb_state = ""
+    mokutil_found = os.path.lexists(params["mokutil"])
+    if mokutil_found:
+        try:
+            # mokutil exits non-zero on machines without EFI variables; what it printed is read all the same.
+            sb_state = module.run_command([params["mokutil"], "--sb-state"], environ_update=C_ENV, handle_exceptions=False)[1]
+        except OSError:
+            sb_state = ""
+
+    database, packages = installed(module, pkg_mgr)
+
+    headers_present = None
+    headers_offered = None
+    if params["headers_dir"]:
+        headers_present = os.path.lexists(params["headers_dir"])
+        if not headers_present and params["headers_package"] and pkg_mgr in _driver.HEADERS_QUERIES:
+            answer = run(module, _driver.HEADERS_QUERIES[pkg_mgr] + [params["headers_package"]])
+            headers_offered = answer is not None and answer[0] == 0
+
+    module.exit_json(
+        changed=False,
+        packages=_driver.select_installed(packages, params["packages"], params["package_prefixes"]),
+        package_database=database,
+        secure_boot=_driver.secure_boot_enabled(mokutil_found, sb_state),
+        sb_state=sb_state,
+        runfile_install=[path for path in params["runfile_markers"] if os.path.lexists(path)],
+        foreign_repo_files=repo_files(params["repo_dirs"], params["repo_mentions"], params["repo_exclude"]),
+        headers_present=headers_present,
+        headers_offered=headers_offered,
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,248 @@
+# Copyright (c) gpuhost.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""gpuhost.nvidia.nvidia_driver_host (#21): what the driver role plans from, in one read-only call.
+
+The package listings are real: dpkg-query on Debian 12 (this machine and the debian12 test host), rpm 4.18 on the emulated
+rocky9 host with the stub cuda-rhel9 nvidia-persistenced (epoch 3) and nvidia-fabricmanager (no epoch) installed, and
+pacman -Q on the emulated arch host.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import pytest
+import yaml
+
+from ansible.module_utils import basic
+from ansible.module_utils.testing import patch_module_args
+
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _driver
+from ansible_collections.gpuhost.nvidia.plugins.modules import nvidia_driver_host
+
+from test_driver_vars import ROLE
+from test_driver_vars import Host as RoleVars
+
+# dpkg-query -W -f='${Package}\t${Architecture}\t${db:Status-Abbrev}\t${Version}\n' (Debian 12); the last two lines: a
+# removed package whose configuration files remain (rc) and an i386 package beside the native amd64 ones.
+DPKG = (
+    "adduser\tall\tii \t3.134\n"
+    "ca-certificates\tall\tii \t20230311+deb12u1\n"
+    "dpkg\tamd64\tii \t1.21.22\n"
+    "libc6\tamd64\tii \t2.36-9+deb12u14\n"
+    "nvidia-open-kernel-dkms\tamd64\tii \t535.261.03-1~deb12u1\n"
+    "nvidia-kernel-dkms\tamd64\trc \t535.261.03-1~deb12u1\n"
+    "libnvidia-glcore\ti386\tii \t535.261.03-1~deb12u1\n"
+)
+RPM = "nvidia-fabricmanager\t(none)\t580.65.06\t1\tx86_64\nnvidia-persistenced\t3\t580.65.06\t1.el9\tx86_64\n"
+PACMAN = "gpuhost-emulated-base 1-1\ngpuhost-emulated-libc 1-1\nnvidia-utils 580.76.05-1\n"
+
+
+def test_dpkg_lists_installed_packages_as_package_facts_does():
+    packages = _driver.parse_installed("apt", DPKG)
+    assert packages["nvidia-open-kernel-dkms"] == [
+        {"name": "nvidia-open-kernel-dkms", "version": "535.261.03-1~deb12u1", "arch": "amd64", "source": "apt"}]
+    # Removed with its configuration kept: not installed. Another architecture: name:arch, as python-apt names it.
+    assert "nvidia-kernel-dkms" not in packages
+    assert "libnvidia-glcore:i386" in packages and "libnvidia-glcore" not in packages
+    assert packages["adduser"][0]["version"] == "3.134"
+
+
+def test_rpm_versions_leave_epoch_and_release_apart():
+    packages = _driver.parse_installed("rpm", RPM)
+    assert packages["nvidia-persistenced"] == [
+        {"name": "nvidia-persistenced", "epoch": 3, "version": "580.65.06", "release": "1.el9", "arch": "x86_64", "source": "rpm"}]
+    assert packages["nvidia-fabricmanager"][0]["epoch"] is None
+
+
+def test_pacman_versions_as_pacman_prints_them():
+    assert _driver.parse_installed("pacman", PACMAN)["nvidia-utils"] == [{"name": "nvidia-utils", "version": "580.76.05-1", "source": "pacman"}]
+    with pytest.raises(ValueError):
+        _driver.parse_installed("portage", "")
+
+
+def test_the_role_gets_only_the_packages_it_reads():
+    packages = _driver.parse_installed("apt", DPKG)
+    assert list(_driver.select_installed(packages, ["ca-certificates", "absent"], ["nvidia", "libnvidia"])) == [
+        "ca-certificates", "libnvidia-glcore:i386", "nvidia-open-kernel-dkms"]
+    assert _driver.select_installed(packages, [], []) == {}
+
+
+def test_the_package_databases_are_read_in_the_roles_order():
+    assert _driver.database_order("dnf") == ["rpm", "apt", "pacman"]
+    assert _driver.database_order("apt") == ["apt", "pacman", "rpm"]
+    assert _driver.database_order("none") == ["apt", "pacman", "rpm"]
+
+
+@pytest.mark.parametrize("found, output, expected", [
+    (False, "", None),
+    (True, "SecureBoot enabled\n", True),
+    (True, "SecureBoot disabled\n", False),
+    (True, "", False),  # no EFI variables: mokutil says so on standard error and exits non-zero
+])
+def test_secure_boot_from_mokutil(found, output, expected):
+    assert _driver.secure_boot_enabled(found, output) is expected
+
+
+@pytest.mark.skipif(shutil.which("dpkg-query") is None, reason="tool missing: dpkg-query")
+def test_the_dpkg_query_format_reads_this_machine():
+    out = subprocess.run(_driver.INSTALLED_QUERIES["apt"], capture_output=True, text=True, check=True,
+                         env=dict(os.environ, LC_ALL="C")).stdout
+    packages = _driver.parse_installed("apt", out)
+    assert packages["dpkg"][0]["arch"] != "all" and packages["dpkg"][0]["version"]
+
+
+class Host:
+    """A host for the module: its commands answer from ``answers`` (by the command's name), every call is recorded."""
+
+    def __init__(self, monkeypatch, answers):
+        self.calls = []
+        self.answers = answers
+
+        def get_bin_path(module, arg, required=False, opt_dirs=None):
+            return "/usr/bin/" + arg if arg in self.answers else None
+
+        def run_command(module, argv, **kwargs):
+            self.calls.append(argv)
+            answer = self.answers[os.path.basename(argv[0])]
+            return answer(argv) if callable(answer) else answer
+
+        def exit_json(module, **kwargs):
+            raise SystemExit(kwargs)
+
+        def fail_json(module, **kwargs):
+            raise SystemExit(dict(kwargs, failed=True))
+
+        for name, value in (("get_bin_path", get_bin_path), ("run_command", run_command), ("exit_json", exit_json), ("fail_json", fail_json)):
+            monkeypatch.setattr(basic.AnsibleModule, name, value)
+
+    def run(self, **args):
+        with patch_module_args(dict(args, _ansible_check_mode=True)):
+            with pytest.raises(SystemExit) as caught:
+                nvidia_driver_host.main()
+        return caught.value.args[0]
+
+
+def test_one_call_reads_everything_the_plan_needs(monkeypatch, tmp_path):
+    mokutil = tmp_path / "mokutil"
+    mokutil.write_text("")
+    marker = tmp_path / "nvidia-uninstall"
+    marker.symlink_to(tmp_path / "nvidia-installer")  # a dangling link counts, as ansible.builtin.stat reports it
+    sources = tmp_path / "sources.list.d"
+    sources.mkdir()
+    (sources / "cuda.list").write_text("deb [signed-by=/k.gpg] https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/ /\n")
+    (sources / "gpuhost-nvidia-cuda.sources").write_text("URIs: https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/\n")
+    (sources / ".hidden.list").write_text("deb https://developer.download.nvidia.com/ /\n")
+    (sources / "debian.sources").write_text("URIs: http://deb.debian.org/debian\n")
+    (sources / "sub").mkdir()
+    host = Host(monkeypatch, {"mokutil": (1, "SecureBoot enabled\n", ""), "dpkg-query": (0, DPKG, ""), "apt-cache": (100, "", "E: No packages found")})
+    result = host.run(package_manager="apt", packages=["ca-certificates"], package_prefixes=["nvidia"], mokutil=str(mokutil),
+                      runfile_markers=[str(marker), str(tmp_path / "manifest")], repo_dirs=[str(sources), str(tmp_path / "missing")],
+                      repo_mentions=["developer.download.nvidia.com"], repo_exclude=["gpuhost-nvidia-cuda.sources"],
+                      headers_dir=str(tmp_path / "build"), headers_package="linux-headers-6.1.0-28-amd64")
+    assert result["changed"] is False
+    assert (result["secure_boot"], result["sb_state"]) == (True, "SecureBoot enabled\n")
+    assert list(result["packages"]) == ["ca-certificates", "nvidia-open-kernel-dkms"] and result["package_database"] == "apt"
+    assert result["runfile_install"] == [str(marker)]
+    assert result["foreign_repo_files"] == [str(sources / "cuda.list")]
+    assert (result["headers_present"], result["headers_offered"]) == (False, False)
+    assert [argv[0] for argv in host.calls] == [str(mokutil), "/usr/bin/dpkg-query", "/usr/bin/apt-cache"]
+    assert host.calls[2][1:] == ["show", "--no-all-versions", "linux-headers-6.1.0-28-amd64"]
+
+
+def test_headers_are_asked_about_only_when_the_build_directory_is_missing(monkeypatch, tmp_path):
+    (tmp_path / "build").mkdir()
+    host = Host(monkeypatch, {"rpm": (0, RPM, ""), "dnf": (0, "Name : kernel-devel\n", "")})
+    present = host.run(package_manager="dnf", mokutil=str(tmp_path / "no-mokutil"), headers_dir=str(tmp_path / "build"),
+                       headers_package="kernel-devel-5.14.0-570.el9.x86_64", package_prefixes=["nvidia"])
+    assert (present["headers_present"], present["headers_offered"], present["secure_boot"]) == (True, None, None)
+    assert [os.path.basename(argv[0]) for argv in host.calls] == ["rpm"]
+    assert present["packages"]["nvidia-persistenced"][0]["epoch"] == 3 and present["package_database"] == "rpm"
+    offered = host.run(package_manager="dnf", mokutil=str(tmp_path / "no-mokutil"), headers_dir=str(tmp_path / "nothing"),
+                       headers_package="kernel-devel-5.14.0-570.el9.x86_64")
+    assert (offered["headers_present"], offered["headers_offered"]) == (False, True)
+    assert host.calls[-1][1:] == ["-q", "info", "kernel-devel-5.14.0-570.el9.x86_64"]
+
+
+def test_an_empty_database_of_the_hosts_own_manager_gives_way_to_the_others(monkeypatch, tmp_path):
+    # The emulated EL host on Debian before its first rpm: package_facts' manager list [rpm, auto] read dpkg's database.
+    host = Host(monkeypatch, {"rpm": (0, "", ""), "dpkg-query": (0, DPKG, "")})
+    result = host.run(package_manager="dnf", mokutil=str(tmp_path / "none"), package_prefixes=["nvidia"])
+    assert (result["package_database"], list(result["packages"])) == ("apt", ["nvidia-open-kernel-dkms"])
+    assert [os.path.basename(argv[0]) for argv in host.calls] == ["rpm", "dpkg-query"]
+    assert (result["headers_present"], result["headers_offered"]) == (None, None)
+    nothing = Host(monkeypatch, {}).run(mokutil=str(tmp_path / "none"))
+    assert (nothing["package_database"], nothing["packages"]) == (None, {})
+
+
+def test_the_preflight_reads_the_host_in_one_task_that_changes_nothing():
+    with open(os.path.join(ROLE, "tasks", "preflight.yml"), encoding="utf-8") as handle:
+        tasks = yaml.safe_load(handle)
+    remote = [t for t in tasks if not {"ansible.builtin.set_fact", "ansible.builtin.assert", "ansible.builtin.debug"} & set(t)]
+    assert [t["name"] for t in remote] == ["Read what the role plans from on this host"]
+    probe = remote[0]
+    assert probe["check_mode"] is False and "gpuhost.nvidia.nvidia_driver_host" in probe
+    decide = next(t for t in tasks if t["name"] == "Decide what to install")["ansible.builtin.set_fact"]["__nvidia_driver_host"]
+    for key in ("secure_boot", "headers_present", "runfile_install", "installed_packages", "foreign_repo_files"):
+        assert "__nvidia_driver_host_probe" in decide[key] or "__nvidia_driver_host_packages" in decide[key]
+
+
+@pytest.mark.parametrize("name, wanted", [
+    # Foreign packages of the other source, kernel image meta packages (the headers that follow kernel updates, #20),
+    # the pin's dependencies; a templated name by its prefix; nvidia* and libnvidia* (pinning packages, NSCQ, Fabric
+    # Manager of another branch).
+    ("debian12", ["nvidia-tesla-535-driver", "cuda-drivers", "linux-image-cloud-amd64", "libcuda1", "firmware-nvidia-gsp", "nvlsm",
+                  "xserver-xorg-video-nvidia", "nvidia-driver-pinning-595", "libnvidia-nscq-580", "nvidia-fabricmanager-570"]),
+    ("ubuntu2404", ["linux-modules-nvidia-580-server-open-aws", "cuda-drivers-580", "libnvidia-compute-580-server"]),
+    ("rocky9", ["akmod-nvidia", "kmod-nvidia-open-dkms", "xorg-x11-drv-nvidia", "nvidia-fabric-manager", "nvlsm"]),
+    ("arch", ["lib32-nvidia-utils", "opencl-nvidia", "nvidia-lts"]),
+])
+def test_the_role_asks_for_every_package_it_reads(name, wanted):
+    host = RoleVars(name)
+    packages = {n: [{"version": "1"}] for n in wanted + ["bash", "linux-image-6.1.0-28-amd64"]}
+    selected = _driver.select_installed(packages, host["__nvidia_driver_probe_packages"], host["__nvidia_driver_probe_prefixes"])
+    assert sorted(selected) == sorted(wanted)
+
+
+@pytest.mark.parametrize("changed, blacklist, passthrough", [
+    ([], False, False),
+    (["/etc/modprobe.d/gpuhost-nvidia-blacklist-nouveau.conf"], True, False),
+    (["/etc/modprobe.d/gpuhost-nvidia-passthrough.conf"], False, True),
+    (None, False, False),  # the write did not run (nothing to write)
+])
+def test_one_modprobe_write_tells_which_file_changed(changed, blacklist, passthrough):
+    host = RoleVars("debian12")
+    if changed is not None:
+        host.variables["__nvidia_driver_modprobe"] = {"changed": bool(changed), "changed_files": changed}
+    assert (host["__nvidia_driver_blacklist_changed"], host["__nvidia_driver_passthrough_changed"]) == (blacklist, passthrough)
+    with open(os.path.join(ROLE, "tasks", "driver.yml"), encoding="utf-8") as handle:
+        task = next(t for t in yaml.safe_load(handle) if t.get("register") == "__nvidia_driver_modprobe")
+    assert "gpuhost.nvidia.gpuhost_apply" in task and task["notify"] == "Regenerate the initramfs"
+
+
+def _registers(tasks):
+    for task in tasks or []:
+        if "register" in task:
+            yield task["register"]
+        for key in ("block", "rescue", "always"):
+            yield from _registers(task.get(key))
+
+
+def test_no_task_registers_over_a_role_variable():
+    # A registered result takes precedence over role vars: `register: __nvidia_driver_installed` (the install task)
+    # once hid a vars/main.yml variable of that name from every task after it.
+    names = set()
+    for folder in ("tasks", "handlers"):
+        for name in os.listdir(os.path.join(ROLE, folder)):
+            with open(os.path.join(ROLE, folder, name), encoding="utf-8") as handle:
+                names.update(_registers(yaml.safe_load(handle)))
+    defined = set()
+    for name in os.listdir(os.path.join(ROLE, "vars")):
+        with open(os.path.join(ROLE, "vars", name), encoding="utf-8") as handle:
+            defined.update(yaml.safe_load(handle) or {})
+    assert "__nvidia_driver_host_probe" in names and "__nvidia_driver_host_packages" in defined
+    assert not names & defined, sorted(names & defined)
