@@ -54,9 +54,13 @@ def test_probe_sees_each_drift_and_one_run_repairs_it(host, gpuhost_instance, dr
     assert not drift["repair"]["stats"][gpuhost_instance].get("failures"), drift["repair"]["stats"]
     changed = set(changed_tasks(drift["repair"], gpuhost_instance))
     family = gpuhost_instance.split("-")[1]
-    repairs = {"Let vfio-pci claim the GPUs before nvidia and nouveau", "Load the vfio modules early at boot",
-               "Write the kernel arguments for the next boot" if family in KERNEL_ARGS_FILE else "Put the vfio modules into the initramfs"}
+    files_task = "Write the vfio-pci files (override script, modprobe.d, modules-load.d and initramfs files)"  # one gpuhost_apply call
+    repairs = {files_task} | ({"Write the kernel arguments for the next boot"} if family in KERNEL_ARGS_FILE else set())
     assert {"gpuhost.nvidia.vfio_passthrough : " + name for name in repairs} <= changed, changed
+    # the call rewrote exactly the drifted files
+    rewritten = [task["hosts"][gpuhost_instance]["changed_files"] for play in drift["repair"]["plays"] for task in play["tasks"]
+                 if task["task"]["name"] == "gpuhost.nvidia.vfio_passthrough : " + files_task and gpuhost_instance in task["hosts"]]
+    assert rewritten == [[MODPROBE, MODULES_LOAD] + ([] if family in KERNEL_ARGS_FILE else [FAMILY[family]["initramfs_file"]])], rewritten
     # Every file is as the role writes it again: the drift comment gone, the removed file back, iommu=pt back.
     assert "gpuhost drift test" not in host.file(MODPROBE).content_string
     assert host.file(MODULES_LOAD).exists

@@ -88,12 +88,18 @@ def _paths(templar: Templar, task: dict, key: str) -> list[str]:
         return []
 
 
+# What a role's call renders from besides its vars (a plan the role computes on the host): the widest case, so that every
+# directory and file the role may write is seen.
+SCAN_CONTEXT = {"vfio_passthrough": {"__vfio_passthrough_plan": {"mode": "addresses", "functions": ["0000:01:00.0"], "ids": []},
+                                     "__vfio_passthrough_early_modules": ["vfio_pci"]}}
+
+
 def _managed() -> tuple[dict[str, list[tuple[str, str, dict]]], dict[str, list[tuple[str, str]]]]:
     """Every directory a file task ensures (path -> [(role, task file, task)]) and every file a role writes."""
     dirs: dict[str, list[tuple[str, str, dict]]] = {}
     files: dict[str, list[tuple[str, str]]] = {}
     for role in sorted(path.name for path in ROLES.iterdir() if (path / "tasks").is_dir()):
-        templar = Templar(loader=DataLoader(), variables=_role_vars(role))
+        templar = Templar(loader=DataLoader(), variables={**_role_vars(role), **SCAN_CONTEXT.get(role, {})})
         for name, task in _tasks(role):
             if task.get("delegate_to") in ("localhost", "127.0.0.1"):
                 continue  # the controller's files (the doctor's report directory)
@@ -132,7 +138,7 @@ def test_every_task_on_a_shared_directory_follows_the_contract(path: str) -> Non
     for role, name, task in SHARED[path]:
         if APPLY in task:
             # gpuhost_apply: the entry is left out when an earlier role ensured it with the same attributes, and only then
-            templar = Templar(loader=DataLoader(), variables=_role_vars(role))
+            templar = Templar(loader=DataLoader(), variables={**_role_vars(role), **SCAN_CONTEXT.get(role, {})})
             entry = next(item for item in _apply_entries(templar, task, "directories") if item["path"] == path)
             attrs = f"{entry['owner']}:{entry['group']}:{entry['mode']}"
             ensured = [item["path"] for item in _apply_entries(templar, task, "directories", {"gpuhost_ensured_dirs": {path: attrs}})]
@@ -166,31 +172,28 @@ def test_no_roles_directory_holds_a_directory_of_another_role() -> None:
     assert nested == []
 
 
-def _condition(role: str, task_name: str, variables: dict[str, t.Any]) -> bool:
-    task = next(task for _file, task in _tasks(role) if task.get("name") == task_name)
-    templar = Templar(loader=DataLoader(), variables={**_role_vars(role), **variables})
-    conditions = task["when"] if isinstance(task["when"], list) else [task["when"]]
-    return all(templar.evaluate_conditional(trust_as_template(condition)) for condition in conditions)
-
-
 def test_a_run_predicts_the_shared_directory_once_whichever_role_comes_first() -> None:
     libexec = "/usr/local/libexec/gpuhost"
-    plan = {"__vfio_passthrough_plan": {"mode": "addresses"}}
     # gpu_settings first (site.yml's order): vfio_passthrough's task is left out
     settings = Templar(loader=DataLoader(), variables=_role_vars("gpu_settings"))
     publish = next(task for _file, task in _tasks("gpu_settings")
                    if task.get("name") == "Report what the role configured, for the site summary")
     ensured = settings.template(trust_as_template(publish["ansible.builtin.set_fact"]["gpuhost_ensured_dirs"]))
     assert ensured == {"/etc/gpuhost": "root:root:0755", libexec: "root:root:0755"}
-    assert not _condition("vfio_passthrough", "Ensure the directory of the per-device override script", {**plan, "gpuhost_ensured_dirs": ensured})
-    assert _condition("vfio_passthrough", "Ensure the directory of the per-device override script", plan)
+    vfio = Templar(loader=DataLoader(), variables={**_role_vars("vfio_passthrough"), **SCAN_CONTEXT["vfio_passthrough"]})
+    vfio_task = next(task for _file, task in _tasks("vfio_passthrough") if APPLY in task and task[APPLY].get("directories"))
+
+    def vfio_dirs(extra: dict[str, t.Any]) -> list[str]:
+        return [entry["path"] for entry in _apply_entries(vfio, vfio_task, "directories", extra)]
+    assert vfio_dirs({"gpuhost_ensured_dirs": ensured}) == []
+    assert vfio_dirs({}) == [libexec]
+    assert vfio_dirs({"__vfio_passthrough_plan": {"mode": "ids", "functions": [], "ids": ["10de:2330"]}}) == []  # no override script
     # vfio_passthrough first: gpu_settings' call leaves that directory out and still creates its spec directory
     apply_task = next(task for _file, task in _tasks("gpu_settings") if APPLY in task and task[APPLY].get("directories"))
     left = [entry["path"] for entry in _apply_entries(settings, apply_task, "directories", {"gpuhost_ensured_dirs": {libexec: "root:root:0755"}})]
     assert libexec not in left and "/etc/gpuhost" in left
     # another owner or mode is no match: the later role fixes it itself
-    assert _condition("vfio_passthrough", "Ensure the directory of the per-device override script",
-                      {**plan, "gpuhost_ensured_dirs": {libexec: "root:root:0700"}})
+    assert vfio_dirs({"gpuhost_ensured_dirs": {libexec: "root:root:0700"}}) == [libexec]
 
 
 @pytest.mark.parametrize(("state", "mode", "added"), [("present", "addresses", True), ("present", "ids", False), ("absent", "addresses", False)])
