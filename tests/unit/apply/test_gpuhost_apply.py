@@ -33,7 +33,8 @@ class FakeSystemd:
     def unit_file(self, name):
         return os.path.join(self.root, "etc", "systemd", "system", name)
 
-    def __call__(self, module, argv, **kwargs):
+    def run_command(self, argv, **kwargs):
+        """AnsibleModule.run_command on this systemd (a bound method: the module instance is not passed)."""
         args = argv[1:]
         self.calls.append(" ".join(arg for arg in args if not arg.startswith("--property")))
         verb = args[0]
@@ -72,7 +73,7 @@ def systemd(tmp_path, monkeypatch):
     fake = FakeSystemd(str(tmp_path))
     # the unit files of the tests live under tmp_path/etc/systemd/
     monkeypatch.setattr(_apply, "SYSTEMD_DIRS", _apply.SYSTEMD_DIRS + (str(tmp_path / "etc" / "systemd") + "/",))
-    monkeypatch.setattr(basic.AnsibleModule, "run_command", lambda module, argv, **kwargs: fake(module, argv, **kwargs))
+    monkeypatch.setattr(basic.AnsibleModule, "run_command", fake.run_command)
     return fake
 
 
