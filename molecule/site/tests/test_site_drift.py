@@ -50,6 +50,14 @@ def probe(tmp_path: Path, instance: str, records: dict[str, dict]) -> dict[str, 
     return {t["task"]["name"]: t["hosts"][instance] for t in result["plays"][0]["tasks"]}
 
 
+def observation(run: dict, instance: str) -> dict[str, dict]:
+    """What site.yml's one observation call (gpuhost_converged state=observe) found, by role."""
+    found = [t["hosts"][instance] for p in run["plays"] for t in p["tasks"]
+             if t["task"]["name"] == "Observe what every role's converged record lists, in one call" and instance in t["hosts"]]
+    assert len(found) == 1 and not found[0].get("skipped"), found
+    return {Path(path).stem: entry for path, entry in found[0]["records"].items()}
+
+
 def test_probe_sees_each_drift_and_one_run_repairs_it(host, gpuhost_instance, tmp_path):
     if not gpuhost_instance.startswith("gpuhost-debian12"):
         pytest.skip("the drift check runs on the Debian 12 host")
@@ -73,6 +81,9 @@ def test_probe_sees_each_drift_and_one_run_repairs_it(host, gpuhost_instance, tm
     ended = roles_that_ran(" : Probe whether the host is as the role's last full run left it")
     ended -= roles_that_ran(" : Record what the full run left for the next run's probe")
     assert ended == set(ROLES) and fast["stats"][gpuhost_instance]["changed"] == 0, (ended, fast["stats"])
+    # The probes answered from site.yml's one observation of every record: it found each one confirmed and undrifted.
+    observed = observation(fast, gpuhost_instance)
+    assert {role: (observed[role]["confirmed"], observed[role]["drift"]) for role in ROLES} == {role: (True, []) for role in ROLES}
 
     expected: dict[str, list[str]] = {role: [] for role in ROLES}
     for role, record in records.items():
@@ -114,6 +125,11 @@ def test_probe_sees_each_drift_and_one_run_repairs_it(host, gpuhost_instance, tm
     repair = playbook(tmp_path, "repair.json", [{"ansible.builtin.import_playbook": str(SCENARIO / "converge.yml")}],
                       "--limit", gpuhost_instance, "-e", f"gpuhost_summary_dir={tmp_path / 'summaries'}")
     timings["repair_run_s"] = round(time.monotonic() - start, 1)
+    # The repair run's one observation named every drift, as each role's own probe did.
+    observed = observation(repair, gpuhost_instance)
+    for role in ROLES:
+        for reason in expected[role]:
+            assert any(d.startswith(reason) for d in observed[role]["drift"]), (role, reason, observed[role]["drift"])
     (REPO / "tests" / "output" / "molecule").mkdir(parents=True, exist_ok=True)
     (REPO / "tests" / "output" / "molecule" / "site.fast-path.json").write_text(json.dumps(timings) + "\n", encoding="utf-8")
     # The record task changes after any drift; the repair is what the role's other tasks changed.
