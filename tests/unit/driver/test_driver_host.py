@@ -246,3 +246,10 @@ def test_no_task_registers_over_a_role_variable():
             defined.update(yaml.safe_load(handle) or {})
     assert "__nvidia_driver_host_probe" in names and "__nvidia_driver_host_packages" in defined
     assert not names & defined, sorted(names & defined)
+
+
+@pytest.mark.parametrize("name, database", [("debian12", "apt"), ("ubuntu2404", "apt"), ("rocky9", "rpm"), ("fedora42", "rpm"), ("arch", "pacman")])
+def test_ca_certificates_counts_as_ensured_only_from_the_hosts_own_database(name, database):
+    # An emulated EL host on Debian reads dpkg's database until its first rpm: its ca-certificates is not dnf's.
+    assert RoleVars(name)["__nvidia_driver_own_database"] == database
+    assert database == _driver.database_order(RoleVars(name)["__nvidia_driver_pkg_mgr"])[0]
