@@ -16,7 +16,8 @@ options:
     description:
       - The host's GPU facts, C(ansible_facts.nvidia_gpu) as M(gpuhost.nvidia.nvidia_gpu_facts) returns them; pass
         C({{ ansible_facts.nvidia_gpu }}).
-      - The module does not gather facts itself. Gather them earlier in the same play, so that they describe the host
-        as it is now; the schema is documented in the RETURN section of M(gpuhost.nvidia.nvidia_gpu_facts).
+      - Gather them earlier in the same play, so that they describe the host as it is now; the schema is documented in
+        the RETURN section of M(gpuhost.nvidia.nvidia_gpu_facts). Only where the module's description says so does it
+        gather them itself when O(facts) is left out (M(gpuhost.nvidia.nvidia_gpu_doctor)).
     type: dict
 """

@@ -46,12 +46,6 @@ attributes:
     description: Linux hosts.
 options:
   facts:
-    description:
-      - The host's GPU facts, C(ansible_facts.nvidia_gpu) as M(gpuhost.nvidia.nvidia_gpu_facts) returns them with
-        C(gather=[health]); pass C({{ ansible_facts.nvidia_gpu }}).
-      - Left out, the module gathers them itself (NVML, then C(nvidia-smi), and the PCI scan under O(root), with the
-        health group) and returns them in RV(ansible_facts.nvidia_gpu), so that later tasks and the site summary
-        see the host as the doctor saw it.
     required: false
   required_cuda:
     description: The CUDA version the host's workloads need, for example V(12.4). Unset, the check only reports.
