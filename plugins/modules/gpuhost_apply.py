@@ -69,7 +69,8 @@ options:
     description:
       - Files to write. The content is rendered on the controller, for example with
         C(lookup('ansible.builtin.template', ...)) or C(lookup('ansible.builtin.file', ...)).
-      - The file's directory must exist, or be in O(directories).
+      - The file's directory must exist, or be in O(directories). In check mode a missing directory is taken as made by
+        an earlier task of the run that only pretended, and the file is reported as written.
     type: list
     elements: dict
     default: []
@@ -298,7 +299,11 @@ class Applier:
     def file(self, item: t.Mapping[str, t.Any]) -> bool:
         path = item["path"]
         content = to_bytes(item["content"], errors="surrogate_or_strict")
-        if self.check and os.path.dirname(path) in self.created:
+        directory = os.path.dirname(path)
+        # Check mode: a directory this call would create, or one an earlier task of the run only pretended to create
+        # (another role's, gpuhost_ensured_dirs), is not there yet; the real run writes the file (and fails on a
+        # directory that is really missing).
+        if self.check and (directory in self.created or not _files.check_directory(directory, "files")):
             result = _files.WriteResult(changed=True, content_changed=True, existed=False, diff=_files.make_diff(path, None, content))
         else:
             result = _files.write_file(self.module, path, content, backup=bool(item.get("backup")), what="files", file_args=False)

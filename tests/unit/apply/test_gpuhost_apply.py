@@ -221,3 +221,13 @@ def test_a_directory_in_place_of_a_file_is_refused(apply, systemd, tmp_path):
     (tmp_path / "spec.json").mkdir()
     result = apply({"files": [{"path": str(tmp_path / "spec.json"), "content": "{}"}]})
     assert result["failed"] and "is a directory, not a regular file" in result["msg"]
+
+
+def test_a_directory_an_earlier_task_only_pretended_to_create(apply, systemd, tmp_path):
+    """Check mode: another role's call predicted the directory (gpuhost_ensured_dirs); the real run without it fails."""
+    args = {"files": [{"path": str(tmp_path / "libexec" / "gpuhost" / "vfio-pci-override"), "content": "#!/bin/sh\n", "mode": "0755"}]}
+    predicted = apply(args, check_mode=True)
+    assert predicted["changed"] and predicted["changed_files"] == [args["files"][0]["path"]]
+    assert not (tmp_path / "libexec").exists()
+    failed = apply(args)
+    assert failed["failed"] and "does not exist" in failed["msg"]
