@@ -39,12 +39,12 @@ def _env():
     return env
 
 
-def _pin(hold, wanted=True):
+def _pin(hold, wanted=True, names=("nvidia-fabricmanager-580",)):
     """tasks/fabric_manager.yml's pin for the internal repository role's apt_pin.yml."""
     task = _fm_task("ansible.builtin.include_role")
     assert task["ansible.builtin.include_role"] == {"name": "gpuhost.nvidia.internal_repository", "tasks_from": "apt_pin.yml"}
     variables = {"__nvidia_driver_lockstep_hold": hold, "__nvidia_driver_pin_file": "/etc/apt/preferences.d/gpuhost-nvidia-driver.pref",
-                 "__nvidia_driver_lockstep_wanted": wanted}
+                 "__nvidia_driver_lockstep_wanted": wanted, "__nvidia_driver_lockstep": {"hold": list(names)}}
     native = NativeEnvironment(undefined=jinja2.StrictUndefined)
     native.filters["basename"] = os.path.basename
     native.filters["bool"] = bool
@@ -79,7 +79,32 @@ def test_nothing_pinned_removes_the_lockstep_file_through_the_same_call():
     task, pin = _pin(_driver.lockstep_hold(["nvidia-fabricmanager-580"], "580.105.08"), wanted=False)
     assert pin == {}
     assert task["vars"]["internal_repository_pin_file"] == "{{ __nvidia_driver_lockstep_pin_file }}"
-    assert "not __nvidia_driver_lockstep_wanted | bool or __nvidia_driver_lockstep_hold.held" in task["when"]
+    assert "not __nvidia_driver_lockstep_wanted | bool or __nvidia_driver_lockstep_hold.held or ansible_check_mode" in task["when"]
+
+
+def _include_runs(wanted, held, check_mode):
+    task = _fm_task("ansible.builtin.include_role")
+    native = NativeEnvironment(undefined=jinja2.StrictUndefined)
+    native.filters["bool"] = bool
+    return all(native.from_string("{{ %s }}" % condition).render(
+        __nvidia_driver_pkg_mgr="apt", __nvidia_driver_lockstep_wanted=wanted,
+        __nvidia_driver_lockstep_hold={"held": held}, ansible_check_mode=check_mode) for condition in task["when"])
+
+
+def test_check_mode_before_the_repository_reports_the_hold_under_the_real_runs_task():
+    # Check mode on a fresh host (NVIDIA's apt repository not there yet): the driver's version is unknown, so the hold
+    # is not held; the same include reports it (check mode writes nothing), with a placeholder version, so that its
+    # prediction names the task the real run changes. A real run never writes the placeholder.
+    hold = {"held": False, "apt": [], "version": None}
+    task, pin = _pin(hold, names=["nvidia-fabricmanager-580", "libnvidia-nscq-580"])
+    assert pin["packages"] == ["nvidia-fabricmanager-580", "libnvidia-nscq-580"]
+    assert "check mode" in pin["explanation"]
+    assert _include_runs(wanted=True, held=False, check_mode=True)
+    assert not _include_runs(wanted=True, held=False, check_mode=False)
+    assert _include_runs(wanted=True, held=True, check_mode=False)
+    assert _include_runs(wanted=False, held=False, check_mode=False)
+    # dnf's check-mode stand-in stays a debug task of the same name; apt no longer uses it.
+    assert _fm_task("ansible.builtin.debug")["when"][0] == "__nvidia_driver_pkg_mgr == 'dnf'"
 
 
 def test_the_lockstep_file_is_read_before_the_branch_pin():
