@@ -135,7 +135,7 @@ options:
       switch_if_exists:
         description:
           - Mask, unmask, enable or disable the unit only when this path exists when the call starts (a record of a mask
-            the role made, which O(state=absent) of a role undoes and nothing else).
+            the role made, which the removal path (C(state=absent)) of a role undoes and nothing else).
         type: str
       restart_when_changed:
         description:

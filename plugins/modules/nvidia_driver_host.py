@@ -27,6 +27,7 @@ attributes:
     description: Reads only, in check mode too.
   diff_mode:
     support: none
+    description: Nothing is changed.
   platform:
     support: full
     platforms: posix

@@ -188,7 +188,7 @@ format:
   type: str
   sample: binary
 key_changed:
-  description: Whether O(dest) changed (in check mode, would change); RV(changed) also counts O(files).
+  description: Whether O(dest) changed (in check mode, would change); the task's C(changed) also counts O(files).
   returned: always
   type: bool
   sample: true

@@ -214,4 +214,3 @@ def test_cdi_explicit_dir_still_reports_the_refresh_units(run_module, tmp_path):
     assert mine["duplicates"] == [] and (tmp_path / "cdi" / "nvidia.json").exists()
     bad = run_module(nvidia_cdi_spec, dict(args, dir="autox"))
     assert bad["failed"] and "dir:" in bad["msg"]
-
