@@ -27,6 +27,7 @@ import re
 import resource
 import subprocess
 import sys
+import sysconfig
 import time
 from pathlib import Path
 
@@ -76,7 +77,9 @@ def inventory(work: Path, names: list[str]) -> Path:
 
 def play(inv: Path, limit: list[str], forks: int, check: bool) -> dict:
     """One site.yml run; wall time, controller CPU (this process's waited-for children) and the task results."""
+    # This checkout, as make does (the venv links it), not a copy installed under ~/.ansible/collections (as rerun.py).
     env = dict(os.environ, ANSIBLE_PIPELINING="1", ANSIBLE_FORKS=str(forks), CONTAINERS_CONF=PODMAN_ENV["CONTAINERS_CONF"],
+               ANSIBLE_COLLECTIONS_PATH=os.environ.get("ANSIBLE_COLLECTIONS_PATH", sysconfig.get_paths()["purelib"]),
                ANSIBLE_CONNECTION_PLUGINS=str(RESOURCES / "plugins" / "connection"), MOLECULE_PROJECT_DIRECTORY=str(REPO),
                PYTHONPATH=str(RESOURCES), PATH="%s:%s" % (Path(sys.executable).parent, os.environ.get("PATH", "")))
     argv = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inv), "--limit", ",".join(limit),
