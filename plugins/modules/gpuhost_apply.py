@@ -346,8 +346,15 @@ class Applier:
         return out
 
     def unit_states(self, names: list[str]) -> dict[str, dict[str, str]]:
+        if not names:
+            return {}
         argv = _converged.unit_command(names)
         return _converged.parse_units(names, self.systemctl(*argv[1:]))
+
+
+def holds(unit: t.Mapping[str, t.Any], key: str, exists: t.Mapping[str, bool]) -> bool:
+    """Whether the unit's ``start_if_exists`` or ``switch_if_exists`` condition holds (no condition holds)."""
+    return not unit.get(key) or exists[unit[key]]
 
 
 def check(module: AnsibleModule) -> None:
@@ -376,8 +383,8 @@ def switch_units(run: Applier, units: list[dict[str, t.Any]], states: dict[str, 
                 done[name] = ["installed"]  # the real run must install it (or fails)
                 continue
             state = states[name] = predicted
-        start_ok = not unit.get("start_if_exists") or exists[unit["start_if_exists"]]
-        switch_ok = not unit.get("switch_if_exists") or exists[unit["switch_if_exists"]]
+        start_ok = holds(unit, "start_if_exists", exists)
+        switch_ok = holds(unit, "switch_if_exists", exists)
         verbs, left, unit_notes = _apply.plan_unit(unit, state, start_ok, switch_ok)
         if verbs[:1] == ["unmask"] and not run.check:
             run.systemctl("unmask", "--", name)
@@ -428,11 +435,12 @@ def main() -> None:
             if run.file(item):
                 content_changed.append(item["path"])
             written[item["path"]] = item["content"]
-        states = run.unit_states([unit["name"] for unit in units]) if units else {}
+        names = [unit["name"] for unit in units]
+        states = run.unit_states(names)
         reloaded = any(_apply.is_unit_file(path) for path in content_changed)
         if reloaded and not run.check:
             run.systemctl("daemon-reload")
-            states = run.unit_states([unit["name"] for unit in units]) if units else {}
+            states = run.unit_states(names)
         done, after, notes, missing = switch_units(run, units, states, {p: written[p] for p in content_changed}, exists)
         for path in params["absent"]:
             run.remove(path)
@@ -442,8 +450,8 @@ def main() -> None:
                 run.systemctl("daemon-reload")
         changed_paths = set(run.changed_files) | set(run.removed)
         for unit in units:
-            start_ok = not unit.get("start_if_exists") or exists[unit["start_if_exists"]]
-            if unit["name"] in after and _apply.needs_restart(unit, done.get(unit["name"], []), after[unit["name"]], changed_paths, start_ok):
+            if unit["name"] in after and _apply.needs_restart(unit, done.get(unit["name"], []), after[unit["name"]], changed_paths,
+                                                              holds(unit, "start_if_exists", exists)):
                 if not run.check:
                     run.systemctl("restart", "--", unit["name"])
                 done.setdefault(unit["name"], []).append("restart")
