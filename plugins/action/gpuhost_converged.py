@@ -13,6 +13,10 @@ With ``state: observe`` (once per host at the start of playbooks/site.yml, regis
 ``gpuhost_converged_observation``) the module observes every role's record in one call; a later probe in the same
 playbook then answers on the controller from that observation while it holds (``_converged.local_answer``), and every
 probe, record and removal updates the host fact that says what still holds (``_converged.status_after``).
+
+With ``defer: true`` (the roles pass ``gpuhost_converged_defer``, which playbooks/site.yml turns on) a record or removal
+makes no remote call: the complete module arguments go into the host fact ``gpuhost_converged_deferred``, tagged with
+this controller run (``run_identity``), and ``state: flush`` at the end of the run writes them all in one call.
 """
 
 from __future__ import annotations
@@ -25,7 +29,9 @@ import uuid
 
 import yaml
 
+from ansible import constants as C
 from ansible.errors import AnsibleActionFail
+from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpuhost.nvidia.plugins.module_utils import _converged, _files
@@ -70,6 +76,12 @@ def gpu_facts(facts: t.Any) -> t.Any:
     }
 
 
+def run_identity() -> str:
+    """This controller run: Ansible makes its local temporary directory anew (mkdtemp) for every run, at start-up,
+    before the workers fork, so every task of the run sees the same one and no other run does."""
+    return hashlib.sha256(str(C.DEFAULT_LOCAL_TMP).encode("utf-8", "surrogateescape")).hexdigest()[:32]
+
+
 def plain(data: t.Any) -> t.Any:
     """``data`` as plain JSON types: what the observation's registered variable and fact hold, without templating it."""
     return json.loads(json.dumps(data, default=str))
@@ -92,12 +104,40 @@ class ActionModule(ActionBase):
             result.update(skipped=True, changed=False, msg="check mode: the roles' probes ask the host")
             return result
         args.setdefault("path", RECORD_DIR)
+        # The records this run deferred are written first, in the same call: the observation reads them.
+        writes, deferred = _converged.take_deferred((task_vars.get("ansible_facts") or {}).get(_converged.DEFERRED_FACT), run_identity())
+        if writes:
+            args["records"] = writes
         result.update(self._execute_module(module_name="gpuhost.nvidia.gpuhost_converged", module_args=args, task_vars=task_vars))
         if result.get("failed") or result.get("skipped"):
             return result
         identity = uuid.uuid4().hex
         playbook = self._playbook()
-        result.update(id=identity, playbook=playbook, ansible_facts={_converged.OBSERVATION_FACT: _converged.observation_status(identity, playbook)})
+        facts = {_converged.OBSERVATION_FACT: _converged.observation_status(identity, playbook)}
+        if deferred is not None:
+            facts[_converged.DEFERRED_FACT] = deferred
+        result.update(id=identity, playbook=playbook, ansible_facts=facts)
+        return result
+
+    def _flush(self, result: dict[str, t.Any], args: dict[str, t.Any], task_vars: dict[str, t.Any]) -> dict[str, t.Any]:
+        """state=flush: every record this run deferred, written in one call; none deferred, no call."""
+        facts = task_vars.get("ansible_facts") or {}
+        writes, deferred = _converged.take_deferred(facts.get(_converged.DEFERRED_FACT), run_identity())
+        if not writes:
+            result.update(changed=False, records_written=[], msg="no record was deferred in this run")
+            return result
+        args["records"] = writes
+        result.update(self._execute_module(module_name="gpuhost.nvidia.gpuhost_converged", module_args=args, task_vars=task_vars))
+        if result.get("failed"):
+            return result
+        observation = plain(task_vars.get(_converged.OBSERVATION_VAR))
+        status = plain(facts.get(_converged.OBSERVATION_FACT))
+        new_facts: dict[str, t.Any] = {_converged.DEFERRED_FACT: deferred}
+        for entry in writes:
+            after = _converged.status_after(observation, status, os.path.normpath(entry["path"]), entry.get("state", "record"), False)
+            if after is not None:
+                status = new_facts[_converged.OBSERVATION_FACT] = after
+        result["ansible_facts"] = new_facts
         return result
 
     def _role_variables(self, role_path: str, task_vars: dict[str, t.Any]) -> dict[str, t.Any]:
@@ -113,6 +153,8 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         del tmp
         args = dict(self._task.args)
+        defer = boolean(args.pop("defer", False), strict=False)
+        args.pop("records", None)  # the deferred calls come from the host fact only
         # role_name and role_path are the magic variables of the role this task runs in.
         role_path = task_vars.get("role_path")
         name = str(task_vars["role_name"]).rsplit(".", maxsplit=1)[-1] if role_path and task_vars.get("role_name") else None
@@ -122,6 +164,8 @@ class ActionModule(ActionBase):
             args["package_manager"] = PKG_MGR[facts["pkg_mgr"]]
         if state == "observe":
             return self._observe(result, args, task_vars)
+        if state == "flush":
+            return self._flush(result, args, task_vars)
         if not args.get("path"):
             if name is None:
                 raise AnsibleActionFail("gpuhost_converged outside a role needs path")
@@ -144,13 +188,30 @@ class ActionModule(ActionBase):
         observation = plain(task_vars.get(_converged.OBSERVATION_VAR))
         status = plain(facts.get(_converged.OBSERVATION_FACT))
         path = os.path.normpath(str(args["path"]))
-        answer = None
-        if state == "probe" and not self._play_context.check_mode:
-            answer = _converged.local_answer(observation, status, path, args["inputs_digest"], self._playbook())
-        result.update(answer if answer is not None else
-                      self._execute_module(module_name="gpuhost.nvidia.gpuhost_converged", module_args=args, task_vars=task_vars))
-        if not result.get("failed"):
-            after = _converged.status_after(observation, status, path, state, bool(result.get("converged")))
-            if after is not None:
-                result["ansible_facts"] = {_converged.OBSERVATION_FACT: after}
+        new_facts: dict[str, t.Any] = {}
+        if defer and state in ("record", "absent"):
+            # Everything that needs the role is in args now; the host side waits for the flush at the end of the run.
+            call = plain(dict(args, path=path))
+            new_facts[_converged.DEFERRED_FACT] = _converged.defer(facts.get(_converged.DEFERRED_FACT), run_identity(), call)
+            result.update(changed=False, deferred=True, path=path)
+        else:
+            # A record of this path deferred earlier in the run is written first, in the same call: this call reads it.
+            writes, deferred = _converged.take_deferred(facts.get(_converged.DEFERRED_FACT), run_identity(), path)
+            if writes:
+                args["records"] = writes
+            answer = None
+            if state == "probe" and not writes and not self._play_context.check_mode:
+                answer = _converged.local_answer(observation, status, path, args["inputs_digest"], self._playbook())
+            result.update(answer if answer is not None else
+                          self._execute_module(module_name="gpuhost.nvidia.gpuhost_converged", module_args=args, task_vars=task_vars))
+            if result.get("failed"):
+                return result
+            if deferred is not None:
+                new_facts[_converged.DEFERRED_FACT] = deferred
+        # A deferred record or removal counts as made now for the observation: a probe after it asks the host.
+        after = _converged.status_after(observation, status, path, state, bool(result.get("converged")))
+        if after is not None:
+            new_facts[_converged.OBSERVATION_FACT] = after
+        if new_facts:
+            result["ansible_facts"] = new_facts
         return result

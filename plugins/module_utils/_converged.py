@@ -235,6 +235,40 @@ def compare(record: dict[str, t.Any] | None, digest: str, observed: dict[str, t.
     return verdict(record, digest, item_drift(record, observed) if record is not None else [], problem)
 
 
+def record_items(files: list[str], packages: list[str], units: list[str]) -> dict[str, list[str]]:
+    """What a record lists, from the record call's options: each file and unit once, each package request by its name."""
+    return {"files": sorted(set(files)), "packages": sorted(set(package_name(p) for p in packages) - {""}), "units": sorted(set(units))}
+
+
+def observed_items(observed: dict[str, t.Any], items: dict[str, list[str]]) -> dict[str, t.Any]:
+    """The part of ``observed`` (one observation of several records' items) that one record lists."""
+    return {
+        "files": {path: observed.get("files", {}).get(path) for path in items["files"]},
+        "packages": {name: observed.get("packages", {}).get(name) for name in items["packages"]},
+        "units": {name: observed.get("units", {}).get(name) for name in items["units"]},
+    }
+
+
+def record_verdict(old: dict[str, t.Any] | None, problem: str | None, new: dict[str, t.Any], observed: dict[str, t.Any],
+                   pending: bool = False, check_mode: bool = False) -> dict[str, t.Any]:
+    """Whether writing ``new`` (the record of what the full run left) counts as a change, and why.
+
+    It counts when there was no usable record (``old`` None, ``problem`` says why) or the host is not as the old record
+    says (files, packages, units, or the set of them). A new inputs digest or new outputs alone rewrite the record
+    without counting: a changed variable or a collection upgrade that changes nothing on the host is a run with
+    nothing changed. In check mode, ``pending`` (an earlier task would change what the record lists, and only
+    pretended to) counts as the change the real run's record makes.
+    """
+    confirmed = dict(old, confirmed=True) if old else None
+    result = compare(confirmed, old["inputs_digest"] if old else new["inputs_digest"], observed, problem)
+    if old is not None and wanted(old) != wanted(new):
+        result = {"converged": False, "drift": result["drift"] + ["the managed files, packages or units changed"]}
+    if check_mode and pending and result["converged"]:
+        # What check mode only pretended to change is not on the host yet: the real run's record will differ.
+        result = {"converged": False, "drift": ["check mode: earlier tasks of this run would change what the record lists"]}
+    return result
+
+
 # One observation for every role (state=observe, once per host at the start of playbooks/site.yml): the module reads
 # every record and observes the union of what they list in one call; the probes of the roles that follow answer from
 # it on the controller while nothing can have changed since.
@@ -335,3 +369,48 @@ def status_after(observation: t.Any, status: t.Any, path: str, state: str, conve
     if state != "probe" or not converged:
         new["trusted"] = False
     return None if new == status else new
+
+
+# Deferred records (``defer: true``, which playbooks/site.yml turns on with ``gpuhost_converged_defer``): the action
+# plugin keeps each role's record call, complete, in a host fact instead of making it, and one ``state: flush`` call
+# at the end of the run writes them all with one observation of what they list.
+
+DEFERRED_FACT = "gpuhost_converged_deferred"
+"""The host fact of the deferred record calls: ``{"run": <this run's identity>, "records": [<module arguments>, ...]}``."""
+
+RECORD_OPTIONS = ("state", "path", "inputs_digest", "files", "packages", "units", "package_manager", "outputs", "pending")
+"""The module arguments of a record or removal that a deferred entry keeps (the flush's ``records`` suboptions)."""
+
+
+def deferred_records(fact: t.Any, run: str) -> list[dict[str, t.Any]]:
+    """This run's deferred record calls, in the order the roles made them.
+
+    A fact of another run (a fact cache that kept the fact of a run that failed before its flush) holds none: that
+    run's records were never written, and this run's probes already compared the host with the records on it.
+    """
+    if not isinstance(fact, dict) or not run or fact.get("run") != run or not isinstance(fact.get("records"), list):
+        return []
+    return [entry for entry in fact["records"] if isinstance(entry, dict) and isinstance(entry.get("path"), str)]
+
+
+def defer(fact: t.Any, run: str, call: dict[str, t.Any]) -> dict[str, t.Any]:
+    """The fact after deferring ``call`` (the module arguments of a record or removal, with its ``path``).
+
+    A later call for the same record replaces the earlier one (a role run twice keeps its last) and goes last.
+    """
+    kept = [entry for entry in deferred_records(fact, run) if entry["path"] != call["path"]]
+    return {"run": run, "records": kept + [{key: call[key] for key in RECORD_OPTIONS if key in call}]}
+
+
+def take_deferred(fact: t.Any, run: str, path: str | None = None) -> tuple[list[dict[str, t.Any]], dict[str, t.Any] | None]:
+    """The deferred calls to make now - all of them, or only ``path``'s - and the fact after; None: it stays as it is.
+
+    A call that goes to the host anyway takes them with it: the flush all of them, an observation all of them (it
+    reads the records), a probe, record or removal its own record's (it reads that record first).
+    """
+    entries = deferred_records(fact, run)
+    now = [entry for entry in entries if path is None or entry["path"] == path]
+    if not now:
+        return [], None
+    rest = [entry for entry in entries if entry not in now]
+    return now, {"run": run, "records": rest} if rest else {}

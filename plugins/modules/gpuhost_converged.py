@@ -34,6 +34,17 @@ description:
     find the host converged, a record or a removal); after that the probes ask the host. In check mode the action does
     not observe and the probes always ask the host. A registered variable lives for one run only, so a fact cache
     cannot hand a later run an old observation.
+  - O(defer=true) on a record or removal makes no remote call - the action plugin computes everything that needs the
+    role (the record path, the inputs digest) and keeps the complete call in the host fact C(gpuhost_converged_deferred)
+    (a later call for the same record replaces it), and the task reports no change. O(state=flush) at the end of the
+    run (C(playbooks/site.yml)'s last play, which turns O(defer) on for every role with the variable
+    C(gpuhost_converged_defer)) then writes all of them in one call, after one observation of everything they list
+    - each record exactly as its own call would have written it, reporting a change when any of them does (so check
+    mode predicts it and a second run reports none), and clears the fact. A host that failed before the flush keeps
+    the records it had; its next run's probes compare the host with those. A call that reads a record (a probe,
+    record or removal of a record with a deferred call, an observation) writes the deferred calls of that record
+    (observation - all) first, in the same remote call. Without a flush at the end of the play the deferred records
+    are never written, so leave O(defer) off in a playbook without one.
 author:
   - gpuhost.nvidia developers (@gpuhost)
 attributes:
@@ -54,9 +65,10 @@ options:
   state:
     description:
       - V(probe) compares the host with the record (read-only); V(record) writes the record; V(absent) removes it;
-        V(observe) reads every record and observes what they list, for the probes that follow (read-only).
+        V(observe) reads every record and observes what they list, for the probes that follow (read-only); V(flush)
+        writes the records and removals deferred with O(defer) in this run.
     type: str
-    choices: [probe, record, absent, observe]
+    choices: [probe, record, absent, observe, flush]
     default: probe
   path:
     description:
@@ -112,6 +124,62 @@ options:
         predicts it. Ignored outside check mode, where the record is compared with what the run really left.
     type: bool
     default: false
+  defer:
+    description:
+      - O(state=record) or O(state=absent) - keep the call, complete, in the host fact C(gpuhost_converged_deferred)
+        for the O(state=flush) at the end of the run instead of making it (no remote call; the task reports no change).
+      - The roles pass C(gpuhost_converged_defer), which C(playbooks/site.yml) turns on. Ignored by the other states.
+    type: bool
+    default: false
+  records:
+    description:
+      - The record and removal calls to make before this call's own, one observation for all of them. The action
+        plugin fills it from the host fact C(gpuhost_converged_deferred) (O(state=flush) - all of this run's deferred
+        calls, O(state=observe) - all, the other states - those of O(path)); you do not set it.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      state:
+        description: V(record) or V(absent), as O(state).
+        type: str
+        choices: [record, absent]
+        default: record
+      path:
+        description: The record file, as O(path).
+        type: path
+        required: true
+      inputs_digest:
+        description: As O(inputs_digest); required for V(record).
+        type: str
+      files:
+        description: As O(files).
+        type: list
+        elements: path
+        default: []
+      packages:
+        description: As O(packages).
+        type: list
+        elements: str
+        default: []
+      units:
+        description: As O(units).
+        type: list
+        elements: str
+        default: []
+      package_manager:
+        description: As O(package_manager).
+        type: str
+        choices: [apt, dnf, yum, dnf5, pacman]
+        default: apt
+      outputs:
+        description: As O(outputs).
+        type: dict
+        default: {}
+      pending:
+        description: As O(pending).
+        type: bool
+        default: false
 seealso:
   - module: gpuhost.nvidia.nvidia_gpu_facts
 """
@@ -139,6 +207,17 @@ EXAMPLES = r"""
     units: [nvidia-persistenced.service]
     outputs:
       nvidia_driver_report: "{{ nvidia_driver_report }}"
+
+# playbooks/site.yml - every role defers its record; one call at the end of the run writes them all.
+- name: Record what the full run left, at the end of the run
+  gpuhost.nvidia.gpuhost_converged:
+    state: record
+    defer: true
+    packages: [nvidia-driver]
+
+- name: Write the records the roles deferred, in one call
+  gpuhost.nvidia.gpuhost_converged:
+    state: flush
 """
 
 RETURN = r"""
@@ -176,7 +255,7 @@ playbook:
   sample: /usr/share/ansible/collections/ansible_collections/gpuhost/nvidia/playbooks/site.yml
 ansible_facts:
   description: Facts the action plugin sets.
-  returned: state is observe; a probe, record or removal after it that changes what still holds
+  returned: state is observe; a probe, record, removal or flush after it that changes what still holds; a deferred call
   type: dict
   contains:
     gpuhost_converged_observed:
@@ -186,6 +265,14 @@ ansible_facts:
       returned: state is observe; a probe, record or removal after it that changes what still holds
       type: dict
       sample: {"id": "0f8c2a4e9b7d41c3a5e6f7081920a3b4", "playbook": "/srv/site.yml", "trusted": true, "used": []}
+    gpuhost_converged_deferred:
+      description:
+        - This run's deferred calls (O(defer)) - C(run) (the controller run that deferred them; a fact of another run,
+          kept by a fact cache, holds none) and C(records) (each call's record options, as O(records) takes them).
+          Emptied by the call that writes them.
+      returned: a deferred call, and the call that writes it
+      type: dict
+      sample: {"run": "5b0e1f2c3d4a59687f8e9d0c1b2a3948", "records": [{"state": "absent", "path": "/var/lib/gpuhost/converged/gpu_compose.json"}]}
 drift:
   description: What differs from the record, as sentences; empty when converged.
   returned: state is probe or record
@@ -199,9 +286,22 @@ outputs:
   returned: state is probe
   type: dict
   sample: {"gpu_compose_report": ["gpu_compose: override /srv/app/compose.gpu.yml (written)"]}
+records_written:
+  description:
+    - The deferred records and removals this call wrote (O(records)) - each one's C(path), C(state) and C(changed), in
+      order. The call reports a change when any of them changed.
+  returned: state is flush, or a deferred call was written before this one
+  type: list
+  elements: dict
+  sample: [{"path": "/var/lib/gpuhost/converged/nvidia_driver.json", "state": "record", "changed": false}]
+deferred:
+  description: O(defer) - the call was kept in the host fact C(gpuhost_converged_deferred) for the O(state=flush).
+  returned: state is record or absent with defer
+  type: bool
+  sample: true
 path:
   description: The record file (O(state=observe) - the directory of the records).
-  returned: always
+  returned: state is not flush
   type: str
   sample: /var/lib/gpuhost/converged/nvidia_driver.json
 """
@@ -297,10 +397,74 @@ def observe_all(module: AnsibleModule, directory: str, manager: str) -> dict[str
     return entries
 
 
+def record(module: AnsibleModule, call: dict[str, t.Any], observed: dict[str, t.Any] | None = None) -> dict[str, t.Any]:
+    """Write one record (``call``: the record options) and return its result; ``observed``: an observation that holds
+    everything the record lists (the flush's), else the host is observed for this record alone."""
+    path = os.path.abspath(call["path"])
+    old, problem, before = load(module, path)
+    items = _converged.record_items(call["files"], call["packages"], call["units"])
+    if observed is None:
+        observed = observe(module, items["files"], items["packages"], items["units"], call["package_manager"])
+    new = _converged.build_record(call["inputs_digest"], _converged.observed_items(observed, items), call["outputs"])
+    verdict = _converged.record_verdict(old, problem, new, observed, call["pending"], module.check_mode)
+    changed = not verdict["converged"]
+    new["confirmed"] = not changed
+    content = _files.record_bytes(new)  # the bytes write_json_record writes
+    if content != before:
+        try:
+            _files.write_json_record(module, path, new, "path")
+        except _files.FileError as exc:
+            module.fail_json(msg=str(exc), path=exc.path)
+    return dict(changed=changed, path=path, diff=_files.make_diff(path, before, content) if changed else {}, **verdict)
+
+
+def remove(module: AnsibleModule, path: str) -> dict[str, t.Any]:
+    """Remove one record (state=absent) and return its result."""
+    path = os.path.abspath(path)
+    before = load(module, path)[2]
+    changed = before is not None
+    try:
+        _files.write_json_record(module, path, {}, "path")  # an empty record is removed
+    except _files.FileError as exc:
+        module.fail_json(msg=str(exc), path=exc.path)
+    return dict(changed=changed, path=path, diff=_files.make_diff(path, before, b"") if changed else {})
+
+
+def flush(module: AnsibleModule, calls: list[dict[str, t.Any]]) -> list[dict[str, t.Any]]:
+    """Write the deferred records and removals ``calls``, in order, each exactly as its own call would, after one
+    observation of everything the records list (one package query and one systemctl call per package manager)."""
+    observed: dict[str, dict[str, t.Any]] = {}
+    for manager in sorted({call["package_manager"] for call in calls if call["state"] == "record"}):
+        union: dict[str, set[str]] = {"files": set(), "packages": set(), "units": set()}
+        for call in calls:
+            if call["state"] == "record" and call["package_manager"] == manager:
+                for key, names in _converged.record_items(call["files"], call["packages"], call["units"]).items():
+                    union[key].update(names)
+        observed[manager] = observe(module, sorted(union["files"]), sorted(union["packages"]), sorted(union["units"]), manager)
+    results = []
+    for call in calls:
+        result = record(module, call, observed[call["package_manager"]]) if call["state"] == "record" else remove(module, call["path"])
+        results.append(dict(result, state=call["state"]))
+    return results
+
+
+RECORD_SPEC = dict(
+    state=dict(type="str", choices=["record", "absent"], default="record"),
+    path=dict(type="path", required=True),
+    inputs_digest=dict(type="str"),
+    files=dict(type="list", elements="path", default=[]),
+    packages=dict(type="list", elements="str", default=[]),
+    units=dict(type="list", elements="str", default=[]),
+    package_manager=dict(type="str", choices=list(_converged.PACKAGE_MANAGERS), default="apt"),
+    outputs=dict(type="dict", default={}),
+    pending=dict(type="bool", default=False),
+)
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec=dict(
-            state=dict(type="str", choices=["probe", "record", "absent", "observe"], default="probe"),
+            state=dict(type="str", choices=["probe", "record", "absent", "observe", "flush"], default="probe"),
             path=dict(type="path"),
             inputs=dict(type="dict", default={}),
             inputs_digest=dict(type="str"),
@@ -310,56 +474,42 @@ def main() -> None:
             package_manager=dict(type="str", choices=list(_converged.PACKAGE_MANAGERS), default="apt"),
             outputs=dict(type="dict", default={}),
             pending=dict(type="bool", default=False),
+            defer=dict(type="bool", default=False),
+            records=dict(type="list", elements="dict", default=[], options=RECORD_SPEC, required_if=[("state", "record", ["inputs_digest"])]),
         ),
         required_if=[("state", "probe", ["inputs_digest"]), ("state", "record", ["inputs_digest"])],
         supports_check_mode=True,
     )
     params = module.params
-    if not params["path"]:
+    if params["state"] != "flush" and not params["path"]:
         module.fail_json(msg="path is required outside a role")
+    # Deferred records first (state=flush: only them): a call that reads a record reads the one its run wrote.
+    flushed = flush(module, params["records"]) if params["records"] else []
+    done: dict[str, t.Any] = {}
+    if flushed:
+        done = dict(records_written=[{key: result[key] for key in ("path", "state", "changed")} for result in flushed],
+                    diff=[result["diff"] for result in flushed if result["diff"]])
+    any_flushed = any(result["changed"] for result in flushed)
+    if params["state"] == "flush":
+        module.exit_json(changed=any_flushed, **done)
     path = os.path.abspath(params["path"])
     if params["state"] == "observe":
-        module.exit_json(changed=False, path=path, records=observe_all(module, path, params["package_manager"]))
-    record, problem, before = load(module, path)
+        module.exit_json(changed=any_flushed, path=path, records=observe_all(module, path, params["package_manager"]), **done)
 
     if params["state"] == "absent":
-        changed = before is not None
-        try:
-            _files.write_json_record(module, path, {}, "path")  # an empty record is removed
-        except _files.FileError as exc:
-            module.fail_json(msg=str(exc), path=exc.path)
-        module.exit_json(changed=changed, path=path, diff=_files.make_diff(path, before, b"") if changed else {})
-
-    if params["state"] == "probe":
-        want = _converged.wanted(record) if record else {"files": [], "packages": [], "units": []}
+        result = remove(module, path)
+    elif params["state"] == "record":
+        result = record(module, params)
+    else:
+        old, problem = load(module, path)[:2]
+        want = _converged.wanted(old) if old else {"files": [], "packages": [], "units": []}
         observed = observe(module, want["files"], want["packages"], want["units"], params["package_manager"])
-        verdict = _converged.compare(record, params["inputs_digest"], observed, problem)
-        module.exit_json(changed=False, path=path, outputs=record["outputs"] if record and verdict["converged"] else {}, **verdict)
-
-    # Record: what the full run left. It counts as a change when there was no usable record or the host is not as the
-    # old record says (files, packages, units, or the set of them). A new inputs digest or new outputs alone rewrite
-    # the record without counting: a changed variable or a collection upgrade that changes nothing on the host is a
-    # run with nothing changed.
-    packages = sorted(set(_converged.package_name(p) for p in params["packages"]) - {""})
-    observed = observe(module, sorted(set(params["files"])), packages, sorted(set(params["units"])), params["package_manager"])
-    new = _converged.build_record(params["inputs_digest"], observed, params["outputs"])
-    confirmed = dict(record, confirmed=True) if record else None
-    verdict = _converged.compare(confirmed, record["inputs_digest"] if record else params["inputs_digest"], observed, problem)
-    if record is not None and _converged.wanted(record) != _converged.wanted(new):
-        verdict = {"converged": False, "drift": verdict["drift"] + ["the managed files, packages or units changed"]}
-    if module.check_mode and params["pending"] and verdict["converged"]:
-        # What check mode only pretended to change is not on the host yet: the real run's record will differ.
-        verdict = {"converged": False, "drift": ["check mode: earlier tasks of this run would change what the record lists"]}
-    changed = not verdict["converged"]
-    new["confirmed"] = not changed
-    content = _files.record_bytes(new)  # the bytes write_json_record writes
-    diff = _files.make_diff(path, before, content)
-    if content != before:
-        try:
-            _files.write_json_record(module, path, new, "path")
-        except _files.FileError as exc:
-            module.fail_json(msg=str(exc), path=exc.path)
-    module.exit_json(changed=changed, path=path, diff=diff if changed else {}, **verdict)
+        verdict = _converged.compare(old, params["inputs_digest"], observed, problem)
+        result = dict(changed=False, path=path, outputs=old["outputs"] if old and verdict["converged"] else {}, **verdict)
+    if flushed:
+        result = dict(result, changed=result["changed"] or any_flushed, records_written=done["records_written"],
+                      diff=done["diff"] + ([result["diff"]] if result.get("diff") else []))
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":
