@@ -43,7 +43,8 @@ def packages_to_ensure(packages: t.Any, ensured: t.Any = None) -> list[str]:
     """The entries of packages that no earlier role ensured, in their order, without repeats.
 
     An entry counts as ensured only when it is itself in the list: a bare name that an earlier role ensured is left
-    out; an entry with a version (name=1.2.3, name=535.*) always stays, so a requested version is never skipped.
+    out; an entry with a version (name=1.2.3, name=535.*) stays unless an earlier role ensured that same entry, version
+    and all, so a requested version is never skipped for a package ensured at another version or at none.
     """
     done = set(_entries(ensured, "packages_to_ensure ensured"))
     result: list[str] = []
@@ -54,11 +55,13 @@ def packages_to_ensure(packages: t.Any, ensured: t.Any = None) -> list[str]:
 
 
 def packages_ensured(ensured: t.Any, packages: t.Any) -> list[str]:
-    """The new value of gpuhost_ensured_packages: the list so far plus the names of packages, without versions."""
+    """The new value of gpuhost_ensured_packages: the list so far plus the names of packages, and each versioned entry
+    (name=535.*) whole as well, so that a later role asking for the same name at the same version leaves it out."""
     result = _entries(ensured, "packages_ensured")
-    for name in map(package_name, _entries(packages, "packages_ensured packages")):
-        if name not in result:
-            result.append(name)
+    for entry in _entries(packages, "packages_ensured packages"):
+        for item in dict.fromkeys((package_name(entry), entry)):
+            if item not in result:
+                result.append(item)
     return result
 
 

@@ -37,19 +37,27 @@ def test_an_entry_with_a_version_always_stays():
     assert packages.packages_to_ensure(wanted, ensured) == wanted
 
 
-def test_ensured_adds_names_without_versions_and_keeps_the_earlier_ones_first():
+def test_ensured_adds_names_and_versioned_entries_and_keeps_the_earlier_ones_first():
     assert packages.packages_ensured(None, ["python3-yaml"]) == ["python3-yaml"]
     assert packages.packages_ensured(["nvidia-smi"], ["nvidia-smi=535.*", "python3-yaml", "python3-yaml"]) == [
-        "nvidia-smi", "python3-yaml"]
+        "nvidia-smi", "nvidia-smi=535.*", "python3-yaml"]
     assert packages.packages_ensured(["a"], []) == ["a"]
 
 
 def test_what_one_role_adds_the_next_one_leaves_out():
     ensured = packages.packages_ensured([], ["nvidia-container-toolkit=1.17.8-1", "python3-yaml"])
-    assert ensured == ["nvidia-container-toolkit", "python3-yaml"]
+    assert ensured == ["nvidia-container-toolkit", "nvidia-container-toolkit=1.17.8-1", "python3-yaml"]
     assert packages.packages_to_ensure(["python3-yaml"], ensured) == []
     # The same role again at another version (upgrade.yml): its versioned entries are not skipped.
     assert packages.packages_to_ensure(["nvidia-container-toolkit=1.18.0-1"], ensured) == ["nvidia-container-toolkit=1.18.0-1"]
+    assert packages.packages_to_ensure(["nvidia-container-toolkit"], ensured) == []
+
+
+def test_a_versioned_entry_ensured_as_such_is_left_out_and_no_other_version():
+    # The driver's transaction installed gpu_settings' userland at the driver's branch (#21, one transaction).
+    ensured = packages.packages_ensured(["nvidia-driver"], ["nvidia-persistenced=580.*", "nvidia-smi=580.*", "python3-pynvml"])
+    assert packages.packages_to_ensure(["nvidia-persistenced=580.*", "nvidia-smi=580.*", "python3-pynvml"], ensured) == []
+    assert packages.packages_to_ensure(["nvidia-smi=590.*", "nvidia-smi=580.1*"], ensured) == ["nvidia-smi=590.*", "nvidia-smi=580.1*"]
 
 
 def test_not_a_list_is_refused():

@@ -16,6 +16,7 @@ import os
 
 import pytest
 import yaml
+from ansible_collections.gpuhost.nvidia.plugins.filter import packages
 from test_driver_vars import ROLE, Host
 
 # `apt-cache madison` as bookworm's apt prints it: the name padded to the widest, then version and index.
@@ -102,8 +103,53 @@ def test_the_apt_path_asks_once_removes_once_and_installs_the_driver_with_its_he
     assert apt[1]["ansible.builtin.apt"]["name"] == "{{ __nvidia_driver_pkgs.pinning }}"
     assert "__nvidia_driver_use_pinning_package" in apt[1]["when"]
     assert "__nvidia_driver_apt_headers" in apt[2]["ansible.builtin.apt"]["name"]
-    assert "__nvidia_driver_install_specs" in apt[2]["ansible.builtin.apt"]["name"]
+    assert "__nvidia_driver_transaction_specs" in apt[2]["ansible.builtin.apt"]["name"]
     assert apt[2]["ansible.builtin.apt"]["allow_downgrade"] == "{{ __nvidia_driver_downgrade | bool }}"
+
+
+def _transaction(plan_request=None, package_plan=None, moves=False):
+    host = _host()
+    plan = host.plan(dict({"source": "distro", "flavour": "open"}, **(plan_request or {})))
+    pkgs = host.packages(plan)
+    glob = (plan["version"] + "-*") if plan["version"] else (str(plan["branch"]) + ".*")
+    host.variables.update({
+        "__nvidia_driver_plan": plan, "__nvidia_driver_pkgs": pkgs, "__nvidia_driver_pkg_mgr": "apt",
+        "__nvidia_driver_move": {"moves": moves, "to": "535.261.03" if moves else None, "action": "upgrade" if moves else "install"},
+        # tasks/preflight.yml's nvidia_driver_userland, as the role sets it for apt.
+        "nvidia_driver_userland": {"packages": pkgs["settings"], "version_glob": glob,
+                                   "specs": [name + "=" + glob for name in pkgs["settings"]]},
+    })
+    if package_plan is not None:
+        host.variables["gpuhost_package_plan"] = package_plan
+    return host
+
+
+def test_the_driver_transaction_is_the_install_alone_without_a_package_plan():
+    host = _transaction()
+    assert host["__nvidia_driver_planned_extra"] == []
+    assert host["__nvidia_driver_transaction_specs"] == host["__nvidia_driver_install_specs"]
+
+
+def test_the_driver_transaction_installs_what_gpu_settings_asked_for_at_the_drivers_branch():
+    """#21, one transaction: gpu_settings' userland (nvidia-smi replaces the driver's plain name) and its bindings."""
+    host = _transaction(package_plan={"userland": True, "packages": ["python3-pynvml"]})
+    install = host["__nvidia_driver_install_specs"]
+    assert "nvidia-smi" in install
+    extra = host["__nvidia_driver_planned_extra"]
+    assert extra == ["nvidia-persistenced=535.*", "nvidia-smi=535.*", "python3-pynvml"]
+    specs = host["__nvidia_driver_transaction_specs"]
+    assert specs == [name for name in install if name != "nvidia-smi"] + extra
+    # What gpu_settings then asks for is ensured, entry for entry.
+    ensured = packages.packages_ensured([], install + extra)
+    assert packages.packages_to_ensure(extra, ensured) == []
+
+
+@pytest.mark.parametrize("request_, moves", [({"version": "535.261.03"}, False), ({}, True)])
+def test_a_move_or_an_exact_version_leaves_the_other_roles_packages_to_them(request_, moves):
+    host = _transaction(request_, {"userland": True, "packages": ["python3-pynvml"]}, moves)
+    assert host["__nvidia_driver_planned_extra"] == []
+    if not moves:  # (a move's specs go through a collection filter this test's templar does not load)
+        assert host["__nvidia_driver_transaction_specs"] == host["__nvidia_driver_install_specs"]
 
 
 def test_the_ensured_packages_fact_follows_the_install_and_runs_in_check_mode_too():
