@@ -13,7 +13,7 @@ from ansible_collections.gpuhost.nvidia.plugins.filter import packages
 
 
 def test_filters_are_exposed():
-    assert set(packages.FilterModule().filters()) == {"packages_to_ensure", "packages_ensured"}
+    assert set(packages.FilterModule().filters()) == {"packages_to_ensure", "packages_ensured", "package_plan"}
 
 
 def test_nothing_ensured_keeps_every_entry_in_order_without_repeats():
@@ -65,3 +65,44 @@ def test_not_a_list_is_refused():
         packages.packages_to_ensure({"python3-yaml": True})
     with pytest.raises(AnsibleFilterError, match="packages_ensured: expected a list"):
         packages.packages_ensured(5, ["a"])
+
+
+def test_the_plan_takes_each_request_in_order_with_the_userland_for_those_that_ask():
+    plan = [{"role": "gpuhost.nvidia.nvidia_container_toolkit", "packages": ["nvidia-container-toolkit=1.17.8-1", "python3-yaml"],
+             "pending": False, "first_install": ["nvidia-container-toolkit"]},
+            {"role": "gpuhost.nvidia.gpu_settings", "userland": True, "packages": ["python3-pynvml", "python3-yaml"]}]
+    taken = packages.package_plan(plan, ["nvidia-persistenced=580.*", "nvidia-smi=580.*"], ["nvidia-driver"])
+    assert taken == {"install": ["nvidia-container-toolkit=1.17.8-1", "python3-yaml", "nvidia-persistenced=580.*", "nvidia-smi=580.*",
+                                 "python3-pynvml"],
+                     "predicted": [], "roles": ["gpuhost.nvidia.nvidia_container_toolkit", "gpuhost.nvidia.gpu_settings"]}
+    assert packages.package_plan(None) == packages.package_plan([]) == {"install": [], "predicted": [], "roles": []}
+
+
+def test_a_request_whose_first_install_is_installed_is_left_to_its_role():
+    plan = [{"role": "t", "packages": ["nvidia-container-toolkit=1.18.0-1"], "first_install": ["nvidia-container-toolkit-base", "nvidia-container-toolkit"]}]
+    assert packages.package_plan(plan, [], ["nvidia-container-toolkit"])["install"] == []
+    assert packages.package_plan(plan, [], ["libnvidia-container1"])["install"] == ["nvidia-container-toolkit=1.18.0-1"]
+
+
+def test_a_pending_request_is_predicted_not_installed():
+    """Check mode before the toolkit's repository exists: reported and ensured, never given to apt's simulation."""
+    plan = [{"role": "t", "packages": ["nvidia-container-toolkit", "python3-yaml"], "pending": True, "first_install": ["nvidia-container-toolkit"]},
+            {"role": "g", "userland": True, "packages": ["python3-yaml"]}]
+    taken = packages.package_plan(plan, ["nvidia-smi=580.*"])
+    assert taken["predicted"] == ["nvidia-container-toolkit", "python3-yaml"]
+    assert taken["install"] == ["nvidia-smi=580.*"]
+
+
+@pytest.mark.parametrize("plan, message", [
+    ({"role": "g"}, r"gpuhost_package_plan: expected a list of requests"),
+    (["python3-yaml"], r"gpuhost_package_plan\[0\]: expected a mapping"),
+    ([{"role": "g", "packages": "python3-yaml"}], r"gpuhost_package_plan\[0\]\.packages: expected a list of package names"),
+    ([{"role": "g", "packages": ["ok"]}, {"packages": ["python3-yaml; rm -rf /", "-oAPT::x=1"]}],
+     r"gpuhost_package_plan\[1\]\.packages: not package names \(name or name=version\): 'python3-yaml; rm -rf /', '-oAPT::x=1'"),
+    ([{"role": "g", "first_install": ["Bad Name"]}], r"gpuhost_package_plan\[0\]\.first_install: not package names"),
+    ([{"role": "g", "packages": [], "pakages": []}], r"gpuhost_package_plan\[0\]: unknown keys pakages"),
+    ([{"role": "g", "packages": [5]}], r"not package names"),
+])
+def test_a_bad_plan_is_refused_naming_the_request_and_the_values(plan, message):
+    with pytest.raises(AnsibleFilterError, match=message):
+        packages.package_plan(plan, [], [])

@@ -107,21 +107,35 @@ def test_the_apt_path_asks_once_removes_once_and_installs_the_driver_with_its_he
     assert apt[2]["ansible.builtin.apt"]["allow_downgrade"] == "{{ __nvidia_driver_downgrade | bool }}"
 
 
-def _transaction(plan_request=None, package_plan=None, moves=False):
-    host = _host()
+def _transaction(plan_request=None, package_plan=None, moves=False, installed=()):
+    host = _host(packages=installed)
     plan = host.plan(dict({"source": "distro", "flavour": "open"}, **(plan_request or {})))
     pkgs = host.packages(plan)
     glob = (plan["version"] + "-*") if plan["version"] else (str(plan["branch"]) + ".*")
+    userland = [name + "=" + glob for name in pkgs["settings"]]
     host.variables.update({
         "__nvidia_driver_plan": plan, "__nvidia_driver_pkgs": pkgs, "__nvidia_driver_pkg_mgr": "apt",
         "__nvidia_driver_move": {"moves": moves, "to": "535.261.03" if moves else None, "action": "upgrade" if moves else "install"},
         # tasks/preflight.yml's nvidia_driver_userland, as the role sets it for apt.
-        "nvidia_driver_userland": {"packages": pkgs["settings"], "version_glob": glob,
-                                   "specs": [name + "=" + glob for name in pkgs["settings"]]},
+        "nvidia_driver_userland": {"packages": pkgs["settings"], "version_glob": glob, "specs": userland},
     })
-    if package_plan is not None:
-        host.variables["gpuhost_package_plan"] = package_plan
+    # vars/main.yml's __nvidia_driver_plan_taken, as the collection's filter answers it (this templar does not load
+    # collection filters; test_the_plan_goes_through_the_filter checks the expression).
+    taken = {"install": [], "predicted": [], "roles": []}
+    if package_plan is not None and not plan["version"] and not moves:
+        taken = packages.package_plan(package_plan, userland, list(installed))
+    host.variables["__nvidia_driver_plan_taken"] = taken
     return host
+
+
+def test_the_plan_goes_through_the_filter_only_for_an_install_at_the_branch():
+    with open(os.path.join(ROLE, "vars", "main.yml"), encoding="utf-8") as handle:
+        variables = yaml.safe_load(handle)
+    taken = " ".join(variables["__nvidia_driver_plan_taken"].split())
+    assert ("(gpuhost_package_plan | default([])) | gpuhost.nvidia.package_plan(nvidia_driver_userland.specs | default([]), "
+            "__nvidia_driver_host_packages | list)") in taken
+    assert "if not __nvidia_driver_plan.version and not (__nvidia_driver_move.moves | default(false))" in taken
+    assert variables["__nvidia_driver_planned_extra"] == "{{ __nvidia_driver_plan_taken.install }}"
 
 
 def test_the_driver_transaction_is_the_install_alone_without_a_package_plan():
@@ -130,23 +144,35 @@ def test_the_driver_transaction_is_the_install_alone_without_a_package_plan():
     assert host["__nvidia_driver_transaction_specs"] == host["__nvidia_driver_install_specs"]
 
 
-def test_the_driver_transaction_installs_what_gpu_settings_asked_for_at_the_drivers_branch():
-    """#21, one transaction: gpu_settings' userland (nvidia-smi replaces the driver's plain name) and its bindings."""
-    host = _transaction(package_plan={"userland": True, "packages": ["python3-pynvml"]})
+def test_the_driver_transaction_installs_what_the_later_roles_asked_for():
+    """#21, one transaction: gpu_settings' userland (nvidia-smi replaces the driver's plain name) and bindings, and the
+    toolkit's packages on a first install."""
+    toolkit = ["nvidia-container-toolkit=1.17.8-1", "nvidia-container-toolkit-base=1.17.8-1", "python3-yaml"]
+    host = _transaction(package_plan=[
+        {"role": "gpuhost.nvidia.nvidia_container_toolkit", "packages": toolkit, "pending": False,
+         "first_install": ["nvidia-container-toolkit", "nvidia-container-toolkit-base"]},
+        {"role": "gpuhost.nvidia.gpu_settings", "userland": True, "packages": ["python3-pynvml"]}])
     install = host["__nvidia_driver_install_specs"]
     assert "nvidia-smi" in install
     extra = host["__nvidia_driver_planned_extra"]
-    assert extra == ["nvidia-persistenced=535.*", "nvidia-smi=535.*", "python3-pynvml"]
+    assert extra == toolkit + ["nvidia-persistenced=535.*", "nvidia-smi=535.*", "python3-pynvml"]
     specs = host["__nvidia_driver_transaction_specs"]
     assert specs == [name for name in install if name != "nvidia-smi"] + extra
-    # What gpu_settings then asks for is ensured, entry for entry.
+    # What the roles then ask for is ensured, entry for entry.
     ensured = packages.packages_ensured([], install + extra)
     assert packages.packages_to_ensure(extra, ensured) == []
 
 
+def test_an_installed_toolkit_stays_with_its_role():
+    plan = [{"role": "t", "packages": ["nvidia-container-toolkit=1.18.0-1"], "first_install": ["nvidia-container-toolkit"]},
+            {"role": "g", "userland": True, "packages": ["python3-pynvml"]}]
+    host = _transaction(package_plan=plan, installed=["nvidia-container-toolkit"])
+    assert host["__nvidia_driver_planned_extra"] == ["nvidia-persistenced=535.*", "nvidia-smi=535.*", "python3-pynvml"]
+
+
 @pytest.mark.parametrize("request_, moves", [({"version": "535.261.03"}, False), ({}, True)])
 def test_a_move_or_an_exact_version_leaves_the_other_roles_packages_to_them(request_, moves):
-    host = _transaction(request_, {"userland": True, "packages": ["python3-pynvml"]}, moves)
+    host = _transaction(request_, [{"role": "g", "userland": True, "packages": ["python3-pynvml"]}], moves)
     assert host["__nvidia_driver_planned_extra"] == []
     if not moves:  # (a move's specs go through a collection filter this test's templar does not load)
         assert host["__nvidia_driver_transaction_specs"] == host["__nvidia_driver_install_specs"]
