@@ -979,6 +979,14 @@ HEADERS_QUERIES: dict[str, list[str]] = {
     "dnf": ["dnf", "-q", "info"],
     "pacman": ["pacman", "-Si"],
 }
+# apt: asked first, for a plain package name. apt-cache show looks a name up, and only when no package has it goes on to
+# read it as a regular expression (a dot is one) and match it against every package name: 0.5-1 s on Debian 12 for a
+# running kernel whose headers package no repository has (a container's, a custom kernel's), against 0.03 s for this
+# listing of every name APT knows (virtual and only referenced names too) that starts with the name. A name it does not
+# list is not offered: the regular expression never finds that package, only others whose names contain it.
+APT_KNOWN_NAMES_QUERY: list[str] = ["apt-cache", "--all-names", "pkgnames"]
+# A package name as Debian policy allows it (no architecture qualifier, no glob or pattern).
+_APT_PLAIN_NAME = re.compile(r"[a-z0-9][a-z0-9+.-]+\Z")
 # dpkg's current-state letter (the second of db:Status-Abbrev) of a package that is not installed: n (not-installed)
 # and c (config-files: removed, its configuration files kept). Every other state has an installed version, which
 # python-apt (package_facts) lists too.
@@ -1031,6 +1039,16 @@ def select_installed(packages: Mapping[str, t.Any], names: t.Any, prefixes: t.An
     wanted = set(str(n) for n in _as_list(names))
     starts = tuple(str(p) for p in _as_list(prefixes) if str(p))
     return {name: packages[name] for name in sorted(packages) if name in wanted or (starts and name.startswith(starts))}
+
+
+def apt_name_check(pkg_mgr: t.Any, name: t.Any) -> bool:
+    """Whether to ask ``APT_KNOWN_NAMES_QUERY`` before ``HEADERS_QUERIES['apt']``: apt, and a plain package name."""
+    return pkg_mgr == "apt" and bool(_APT_PLAIN_NAME.match(str(name or "")))
+
+
+def apt_name_unknown(output: t.Any, name: t.Any) -> bool:
+    """Whether ``apt-cache --all-names pkgnames <name>`` printed no line that is exactly ``name``."""
+    return str(name) not in str(output or "").splitlines()
 
 
 def secure_boot_enabled(mokutil_found: bool, output: t.Any) -> bool | None:

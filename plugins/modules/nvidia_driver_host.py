@@ -90,6 +90,9 @@ options:
     description:
       - The package with the running kernel's headers. Asked about only when O(headers_dir) does not exist; empty asks
         nothing.
+      - With apt, a plain package name is first looked for among the names APT knows (C(apt-cache --all-names pkgnames));
+        one it does not know is not offered, and C(apt-cache show) (which would go on to match the name as a regular
+        expression against every package name) is not run.
     type: str
     default: ''
 seealso:
@@ -158,7 +161,9 @@ headers_present:
   type: bool
   sample: false
 headers_offered:
-  description: Whether a repository offers O(headers_package) (the package manager's exit status); null when not asked.
+  description:
+    - Whether a repository offers O(headers_package) (the package manager's exit status); null when not asked.
+    - With apt, false without asking C(apt-cache show) when APT knows no package of that exact name.
   returned: always
   type: bool
   sample: true
@@ -195,6 +200,17 @@ def installed(module: AnsibleModule, pkg_mgr: str) -> tuple[str | None, dict[str
         if packages:
             return database, packages
     return None, {}
+
+
+def offered(module: AnsibleModule, pkg_mgr: str, package: str) -> bool:
+    """Whether a repository offers ``package``: the package manager's exit status. apt lists the names it knows first
+    (a fraction of apt-cache show's time) and is asked no more when the name is not among them."""
+    if _driver.apt_name_check(pkg_mgr, package):
+        names = run(module, _driver.APT_KNOWN_NAMES_QUERY + [package])
+        if names is not None and names[0] == 0 and _driver.apt_name_unknown(names[1], package):
+            return False
+    answer = run(module, _driver.HEADERS_QUERIES[pkg_mgr] + [package])
+    return answer is not None and answer[0] == 0
 
 
 def repo_files(directories: list[str], mentions: list[str], exclude: list[str]) -> list[str]:
@@ -257,8 +273,7 @@ def main() -> None:
     if params["headers_dir"]:
         headers_present = os.path.lexists(params["headers_dir"])
         if not headers_present and params["headers_package"] and pkg_mgr in _driver.HEADERS_QUERIES:
-            answer = run(module, _driver.HEADERS_QUERIES[pkg_mgr] + [params["headers_package"]])
-            headers_offered = answer is not None and answer[0] == 0
+            headers_offered = offered(module, pkg_mgr, params["headers_package"])
 
     module.exit_json(
         changed=False,

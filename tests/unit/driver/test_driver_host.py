@@ -127,6 +127,16 @@ class Host:
         return caught.value.args[0]
 
 
+def apt_cache(known, offered):
+    """apt-cache on a host: pkgnames lists the ``known`` names that start with the prefix, show exits 0 when ``offered``."""
+    def answer(argv):
+        if argv[1:3] == ["--all-names", "pkgnames"]:
+            return 0, "".join(name + "\n" for name in known if name.startswith(argv[3])), ""
+        assert argv[1:3] == ["show", "--no-all-versions"], argv
+        return (0, "Package: %s\n" % argv[3], "") if offered else (100, "", "E: No packages found\n")
+    return answer
+
+
 def test_one_call_reads_everything_the_plan_needs(monkeypatch, tmp_path):
     mokutil = tmp_path / "mokutil"
     mokutil.write_text("")
@@ -139,7 +149,8 @@ def test_one_call_reads_everything_the_plan_needs(monkeypatch, tmp_path):
     (sources / ".hidden.list").write_text("deb https://developer.download.nvidia.com/ /\n")
     (sources / "debian.sources").write_text("URIs: http://deb.debian.org/debian\n")
     (sources / "sub").mkdir()
-    host = Host(monkeypatch, {"mokutil": (1, "SecureBoot enabled\n", ""), "dpkg-query": (0, DPKG, ""), "apt-cache": (100, "", "E: No packages found")})
+    host = Host(monkeypatch, {"mokutil": (1, "SecureBoot enabled\n", ""), "dpkg-query": (0, DPKG, ""), "apt-cache": apt_cache(
+        ["linux-headers-6.1.0-28-amd64", "linux-headers-6.1.0-28-amd64-dbg"], offered=False)})
     result = host.run(package_manager="apt", packages=["ca-certificates"], package_prefixes=["nvidia"], mokutil=str(mokutil),
                       runfile_markers=[str(marker), str(tmp_path / "manifest")], repo_dirs=[str(sources), str(tmp_path / "missing")],
                       repo_mentions=["developer.download.nvidia.com"], repo_exclude=["gpuhost-nvidia-cuda.sources"],
@@ -150,8 +161,9 @@ def test_one_call_reads_everything_the_plan_needs(monkeypatch, tmp_path):
     assert result["runfile_install"] == [str(marker)]
     assert result["foreign_repo_files"] == [str(sources / "cuda.list")]
     assert (result["headers_present"], result["headers_offered"]) == (False, False)
-    assert [argv[0] for argv in host.calls] == [str(mokutil), "/usr/bin/dpkg-query", "/usr/bin/apt-cache"]
-    assert host.calls[2][1:] == ["show", "--no-all-versions", "linux-headers-6.1.0-28-amd64"]
+    assert [argv[0] for argv in host.calls] == [str(mokutil), "/usr/bin/dpkg-query", "/usr/bin/apt-cache", "/usr/bin/apt-cache"]
+    assert host.calls[2][1:] == ["--all-names", "pkgnames", "linux-headers-6.1.0-28-amd64"]
+    assert host.calls[3][1:] == ["show", "--no-all-versions", "linux-headers-6.1.0-28-amd64"]
 
 
 def test_headers_are_asked_about_only_when_the_build_directory_is_missing(monkeypatch, tmp_path):
@@ -166,6 +178,68 @@ def test_headers_are_asked_about_only_when_the_build_directory_is_missing(monkey
                        headers_package="kernel-devel-5.14.0-570.el9.x86_64")
     assert (offered["headers_present"], offered["headers_offered"]) == (False, True)
     assert host.calls[-1][1:] == ["-q", "info", "kernel-devel-5.14.0-570.el9.x86_64"]
+
+
+# apt-cache show of a name no package has reads it as a regular expression against every package name: 0.5-1 s on the
+# Debian 12 test host for linux-headers-<the CI kernel>, which no repository has (issue 21); apt-cache pkgnames 0.03 s.
+@pytest.mark.parametrize("known, show_rc, calls, expected", [
+    # not a name APT knows: not offered, and apt-cache show is not run
+    ([], None, ["pkgnames"], False),
+    # only names that start with it (another kernel flavour's headers): still not that package
+    (["linux-headers-6.1.0-28-amd64-dbg"], None, ["pkgnames"], False),
+    # known: apt-cache show answers, as before
+    (["linux-headers-6.1.0-28-amd64"], 0, ["pkgnames", "show"], True),
+    (["linux-headers-6.1.0-28-amd64"], 100, ["pkgnames", "show"], False),
+])
+def test_apt_is_asked_about_headers_it_knows_by_name(monkeypatch, tmp_path, known, show_rc, calls, expected):
+    host = Host(monkeypatch, {"dpkg-query": (0, DPKG, ""), "apt-cache": apt_cache(known, offered=show_rc == 0)})
+    result = host.run(package_manager="apt", mokutil="", headers_dir=str(tmp_path / "build"), headers_package="linux-headers-6.1.0-28-amd64")
+    assert result["headers_offered"] is expected and result["headers_present"] is False
+    assert [argv[1:3] for argv in host.calls[1:]] == [{"pkgnames": ["--all-names", "pkgnames"], "show": ["show", "--no-all-versions"]}[c] for c in calls]
+
+
+@pytest.mark.parametrize("package, pkgnames, asked", [
+    # a name apt-cache pkgnames cannot answer for (an architecture qualifier, a glob): apt-cache show alone, as before
+    ("linux-headers-6.1.0-28-amd64:amd64", None, ["show"]),
+    ("linux-headers-*", None, ["show"]),
+    ("Linux-Headers", None, ["show"]),
+    # pkgnames fails (a broken cache): apt-cache show decides, as before
+    ("linux-headers-6.1.0-28-amd64", (100, "", "E: cache"), ["pkgnames", "show"]),
+])
+def test_apt_show_answers_when_the_names_cannot(monkeypatch, tmp_path, package, pkgnames, asked):
+    def answer(argv):
+        if argv[2] == "pkgnames":
+            return pkgnames
+        return 0, "Package: x\n", ""
+    host = Host(monkeypatch, {"dpkg-query": (0, DPKG, ""), "apt-cache": answer})
+    result = host.run(package_manager="apt", mokutil="", headers_dir=str(tmp_path / "build"), headers_package=package)
+    assert result["headers_offered"] is True
+    assert [argv[2] if argv[2] == "pkgnames" else argv[1] for argv in host.calls[1:]] == asked
+
+
+def test_only_apt_lists_names_first():
+    assert _driver.apt_name_check("apt", "linux-headers-6.1.0-28-amd64")
+    assert not _driver.apt_name_check("dnf", "kernel-devel-5.14.0-570.el9.x86_64")
+    assert not _driver.apt_name_check("pacman", "linux-headers")
+    assert not _driver.apt_name_check("apt", "") and not _driver.apt_name_check("apt", None)
+    assert _driver.apt_name_unknown("linux-headers-6.1.0-28-amd64-dbg\n", "linux-headers-6.1.0-28-amd64")
+    assert not _driver.apt_name_unknown("linux-headers-6.1.0-28-amd64-dbg\nlinux-headers-6.1.0-28-amd64\n", "linux-headers-6.1.0-28-amd64")
+    assert _driver.apt_name_unknown(None, "x")
+
+
+@pytest.mark.skipif(shutil.which("apt-cache") is None, reason="tool missing: apt-cache")
+@pytest.mark.parametrize("name, known", [
+    ("dpkg", True),  # installed: in dpkg's status whatever the lists hold
+    ("linux-headers-0.0.0-gpuhost-no-such-kernel", False),
+    ("dpk", False),  # a prefix of a name is not that name
+])
+def test_apt_cache_pkgnames_agrees_with_apt_cache_show_on_this_machine(name, known):
+    env = dict(os.environ, LC_ALL="C", LANGUAGE="C")
+    names = subprocess.run(_driver.APT_KNOWN_NAMES_QUERY + [name], capture_output=True, text=True, check=True, env=env).stdout
+    assert _driver.apt_name_unknown(names, name) is not known
+    if known:
+        show = subprocess.run(_driver.HEADERS_QUERIES["apt"] + [name], capture_output=True, text=True, check=False, env=env)
+        assert show.returncode == 0
 
 
 def test_an_empty_database_of_the_hosts_own_manager_gives_way_to_the_others(monkeypatch, tmp_path):
