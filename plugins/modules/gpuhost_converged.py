@@ -463,17 +463,12 @@ RECORD_SPEC = dict(
 
 def main() -> None:
     module = AnsibleModule(
+        # A record's options (RECORD_SPEC, as O(records) takes them), with the module's own state and path.
         argument_spec=dict(
+            RECORD_SPEC,
             state=dict(type="str", choices=["probe", "record", "absent", "observe", "flush"], default="probe"),
             path=dict(type="path"),
             inputs=dict(type="dict", default={}),
-            inputs_digest=dict(type="str"),
-            files=dict(type="list", elements="path", default=[]),
-            packages=dict(type="list", elements="str", default=[]),
-            units=dict(type="list", elements="str", default=[]),
-            package_manager=dict(type="str", choices=list(_converged.PACKAGE_MANAGERS), default="apt"),
-            outputs=dict(type="dict", default={}),
-            pending=dict(type="bool", default=False),
             defer=dict(type="bool", default=False),
             records=dict(type="list", elements="dict", default=[], options=RECORD_SPEC, required_if=[("state", "record", ["inputs_digest"])]),
         ),

@@ -11,86 +11,21 @@ The host is a temporary directory plus a fake dpkg-query and systemctl; the acti
 
 from __future__ import annotations
 
-import json
 import random
-import types
 
+import converged_harness
 import pytest
-
-from ansible.module_utils import basic
 
 from ansible_collections.gpuhost.nvidia.plugins.action import gpuhost_converged as action_plugin
 from ansible_collections.gpuhost.nvidia.plugins.module_utils import _converged
-from ansible_collections.gpuhost.nvidia.plugins.modules import gpuhost_converged
 
-PLAYBOOK = "/srv/ansible/playbooks/site.yml"
+PLAYBOOK = converged_harness.PLAYBOOK
 FACT = _converged.OBSERVATION_FACT
 VAR = _converged.OBSERVATION_VAR
 
 
-@pytest.fixture
-def host(monkeypatch, tmp_path):
-    """A host whose dpkg database (``packages``: name -> version) and systemd (``units``: name -> (load, enabled,
-    active)) answer from this state; every command run is in ``calls``."""
-    state = {"packages": {}, "units": {}, "calls": [], "systemctl_fails": False, "records": tmp_path / "converged"}
-
-    def run_command(self, argv, **kwargs):
-        state["calls"].append(argv)
-        names = argv[argv.index("--") + 1:]
-        if argv[1] == "-W":
-            out = "".join("%s\tii \t%s\n" % (name, state["packages"][name]) for name in names if name in state["packages"])
-            return (0 if all(name in state["packages"] for name in names) else 1), out, ""
-        if argv[1] == "show":
-            if state["systemctl_fails"]:
-                return 1, "", "Failed to connect to bus: No such file or directory"
-            blocks = ["LoadState=%s\nUnitFileState=%s\nActiveState=%s\n" % state["units"].get(name, ("not-found", "", "inactive"))
-                      for name in names]
-            return 0, "\n".join(blocks), ""
-        raise AssertionError(argv)
-
-    monkeypatch.setattr(basic.AnsibleModule, "run_command", run_command)
-    return state
-
-
-@pytest.fixture
-def module(run_module, host):
-    """Run the module on the host: its result without the test harness's keys."""
-    def call(args, check_mode=False):
-        result = run_module(gpuhost_converged, args, check_mode=check_mode)
-        result.pop("_bin_lookups", None)
-        return result
-    return call
-
-
-class Controller:
-    """One host's variables on the controller, updated from each task's result as the strategy does: returned
-    ``ansible_facts`` into the host's facts, a registered result into its variables."""
-
-    def __init__(self, module, playbook=PLAYBOOK):
-        self.module = module
-        self.playbook = playbook
-        self.vars = {"ansible_facts": {"pkg_mgr": "apt"}}
-        self.remote = []  # the module calls that reached the host
-
-    def run(self, args, register=None, check_mode=False, playbook=None):
-        play = types.SimpleNamespace(get_path=lambda: (playbook or self.playbook) + ":21")
-        task = types.SimpleNamespace(args=dict(args), async_val=0, check_mode=check_mode, action="gpuhost.nvidia.gpuhost_converged",
-                                     get_play=lambda: play)
-        connection = types.SimpleNamespace(_shell=types.SimpleNamespace(tmpdir="/tmp/ansible-tmp"))
-        plugin = action_plugin.ActionModule(task, connection, types.SimpleNamespace(check_mode=check_mode), None, None)
-
-        def execute_module(module_name, module_args, task_vars):
-            assert module_name == "gpuhost.nvidia.gpuhost_converged"
-            self.remote.append(module_args)
-            return self.module(module_args, check_mode=check_mode)
-
-        plugin._execute_module = execute_module
-        result = plugin.run(task_vars=json.loads(json.dumps(self.vars)))
-        if "ansible_facts" in result:
-            self.vars["ansible_facts"].update(result["ansible_facts"])
-        if register:
-            self.vars[register] = result
-        return result
+class Controller(converged_harness.Controller):
+    """The harness's controller with the observation's two tasks."""
 
     def observe(self, **kwargs):
         return self.run({"state": "observe", "path": str(kwargs.pop("path", ""))} if "path" in kwargs else {"state": "observe"},
