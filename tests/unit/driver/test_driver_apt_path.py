@@ -190,4 +190,7 @@ def test_the_ensured_packages_fact_follows_the_install_and_runs_in_check_mode_to
     expression = fact["ansible.builtin.set_fact"]["gpuhost_ensured_packages"]
     assert "gpuhost_ensured_packages | default([]) | gpuhost.nvidia.packages_ensured(" in expression
     assert "__nvidia_driver_install_packages" in expression and "__nvidia_driver_apt_headers" in expression
+    # #21: what the transaction took for the roles after it, and the plan answered.
+    assert "__nvidia_driver_plan_taken.install + __nvidia_driver_plan_taken.predicted" in expression
+    assert fact["ansible.builtin.set_fact"]["gpuhost_package_plan"] == []
     assert not [t for t in _tasks() if "ansible.builtin.set_fact" in t and "gpuhost_ensured_packages" in t["ansible.builtin.set_fact"]]
