@@ -135,12 +135,13 @@ def test_the_plan_goes_through_the_filter_only_for_an_install_at_the_branch():
     assert ("(gpuhost_package_plan | default([])) | gpuhost.nvidia.package_plan(nvidia_driver_userland.specs | default([]), "
             "__nvidia_driver_host_packages | list)") in taken
     assert "if not __nvidia_driver_plan.version and not (__nvidia_driver_move.moves | default(false))" in taken
-    assert variables["__nvidia_driver_planned_extra"] == "{{ __nvidia_driver_plan_taken.install }}"
+    specs = " ".join(variables["__nvidia_driver_transaction_specs"].split())
+    assert "+ __nvidia_driver_plan_taken.install }}" in specs
 
 
 def test_the_driver_transaction_is_the_install_alone_without_a_package_plan():
     host = _transaction()
-    assert host["__nvidia_driver_planned_extra"] == []
+    assert host["__nvidia_driver_plan_taken"]["install"] == []
     assert host["__nvidia_driver_transaction_specs"] == host["__nvidia_driver_install_specs"]
 
 
@@ -154,7 +155,7 @@ def test_the_driver_transaction_installs_what_the_later_roles_asked_for():
         {"role": "gpuhost.nvidia.gpu_settings", "userland": True, "packages": ["python3-pynvml"]}])
     install = host["__nvidia_driver_install_specs"]
     assert "nvidia-smi" in install
-    extra = host["__nvidia_driver_planned_extra"]
+    extra = host["__nvidia_driver_plan_taken"]["install"]
     assert extra == toolkit + ["nvidia-persistenced=535.*", "nvidia-smi=535.*", "python3-pynvml"]
     specs = host["__nvidia_driver_transaction_specs"]
     assert specs == [name for name in install if name != "nvidia-smi"] + extra
@@ -167,13 +168,13 @@ def test_an_installed_toolkit_stays_with_its_role():
     plan = [{"role": "t", "packages": ["nvidia-container-toolkit=1.18.0-1"], "first_install": ["nvidia-container-toolkit"]},
             {"role": "g", "userland": True, "packages": ["python3-pynvml"]}]
     host = _transaction(package_plan=plan, installed=["nvidia-container-toolkit"])
-    assert host["__nvidia_driver_planned_extra"] == ["nvidia-persistenced=535.*", "nvidia-smi=535.*", "python3-pynvml"]
+    assert host["__nvidia_driver_plan_taken"]["install"] == ["nvidia-persistenced=535.*", "nvidia-smi=535.*", "python3-pynvml"]
 
 
 @pytest.mark.parametrize("request_, moves", [({"version": "535.261.03"}, False), ({}, True)])
 def test_a_move_or_an_exact_version_leaves_the_other_roles_packages_to_them(request_, moves):
     host = _transaction(request_, [{"role": "g", "userland": True, "packages": ["python3-pynvml"]}], moves)
-    assert host["__nvidia_driver_planned_extra"] == []
+    assert host["__nvidia_driver_plan_taken"]["install"] == []
     if not moves:  # (a move's specs go through a collection filter this test's templar does not load)
         assert host["__nvidia_driver_transaction_specs"] == host["__nvidia_driver_install_specs"]
 
