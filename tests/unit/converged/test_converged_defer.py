@@ -20,6 +20,7 @@ import pytest
 
 from ansible_collections.gpuhost.nvidia.plugins.action import gpuhost_converged as action_plugin
 from ansible_collections.gpuhost.nvidia.plugins.module_utils import _converged
+from ansible_collections.gpuhost.nvidia.plugins.modules import gpuhost_converged
 
 DEFERRED = _converged.DEFERRED_FACT
 OBSERVED = _converged.OBSERVATION_FACT
@@ -89,6 +90,12 @@ def test_a_deferred_call_replaces_the_same_records_earlier_one_and_goes_last():
         "run": "run2", "records": [{"state": "absent", "path": "/r/c.json"}]}
     for stale in (None, {}, {"run": "run1"}, {"run": "run1", "records": "x"}, "text"):
         assert _converged.deferred_records(stale, "run1") == []
+
+
+def test_a_deferred_entry_keeps_exactly_the_options_the_flush_takes():
+    """_converged.RECORD_OPTIONS (what the action plugin keeps of a deferred call) and the module's RECORD_SPEC (what the
+    flush's records take) name the same options: an option added to one only would be dropped or refused at the flush."""
+    assert set(_converged.RECORD_OPTIONS) == set(gpuhost_converged.RECORD_SPEC)
 
 
 def test_take_deferred_hands_out_all_or_one_records_calls():
