@@ -9,7 +9,7 @@ One Debian 12 systemd test host (the ``localhost/gpuhost-debian12`` image of tes
 the way users connect: SSH with pipelining and ControlPersist. The site scenario's Debian variables
 (molecule/site/molecule.yml: forced driver, the toolkit from the local signed test repository) are used as inventory.
 
-    .venv/bin/python benchmarks/rerun.py [--runs 3] [--keep] [--profile 15] [--first-only]
+    .venv/bin/python benchmarks/rerun.py [--runs 3] [--keep] [--profile 15] [--first-only] [--log FILE]
 
 Steps: ``ping``, ``setup`` (median of N), ``nvidia_gpu_facts``, the first converge of site.yml, the second run (a full
 run that confirms the records the first wrote), the converged re-run (fast path), the re-run with
@@ -131,6 +131,7 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="leave the container running")
     parser.add_argument("--profile", type=int, default=0, metavar="N", help="list the N slowest tasks of the first converge")
     parser.add_argument("--first-only", action="store_true", help="only the first converge, then raw apt")
+    parser.add_argument("--log", type=Path, metavar="FILE", help="write the first converge's whole output there")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="gpuhost-rerun-"))
     bin_dir = Path(sys.executable).parent
@@ -165,6 +166,8 @@ def main() -> None:
             if not new_packages:
                 new_packages = sorted(installed(NAME) - before)
                 profile = out[out.rfind("PLAY RECAP"):]
+                if args.log:
+                    args.log.write_text(out, encoding="utf-8")
         first = rows[3][1]
         apt_time = raw_apt(new_packages)
         rows.append(("raw apt-get update + install (%d packages)" % len(new_packages), apt_time,
