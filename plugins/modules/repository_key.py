@@ -110,6 +110,23 @@ options:
       content:
         description: The file's whole text; null removes the file.
         type: str
+  apt_update:
+    description:
+      - An apt source file (a deb822 C(.sources) or one-line C(.list) file, usually one of O(files)) whose package lists
+        are fetched in the same call when the key or that file changed, as C(apt-get update) does for this one source
+        alone (the host's other sources are not fetched again).
+      - They are fetched too when O(apt_versions) finds no version of any of its packages (an earlier run stopped
+        between writing the file and fetching its lists).
+      - In check mode nothing is fetched; RV(lists_pending) says that the real run would fetch them.
+    type: path
+  apt_versions:
+    description:
+      - Package names whose versions the lists offer after O(apt_update), returned in RV(versions) (C(apt-cache
+        madison)), so that the role can pick a version without another call. Needs O(apt_update).
+      - Not asked in check mode when the lists are pending (RV(lists_pending)).
+    type: list
+    elements: str
+    default: []
 seealso:
   - name: RFC 9580, OpenPGP
     description: Packet framing (section 4.2), key fingerprints (section 5.5.4) and ASCII armour (section 6).
@@ -144,6 +161,9 @@ EXAMPLES = r"""
           Signed-By: /etc/apt/keyrings/gpuhost-nvidia-cuda.gpg
       - path: /etc/apt/preferences.d/gpuhost-nvidia-cuda.pref
         content: null
+    # fetch that source's lists when it changed, and say which versions of cuda-drivers they offer
+    apt_update: /etc/apt/sources.list.d/gpuhost-nvidia-cuda.sources
+    apt_versions: [cuda-drivers]
   register: cuda_repository
 
 - name: Install the same key for dnf's gpgkey=
@@ -198,6 +218,25 @@ files:
   type: list
   elements: dict
   sample: [{path: /etc/apt/sources.list.d/gpuhost-nvidia-cuda.sources, changed: true, exists: true}]
+lists_updated:
+  description: Whether the package lists of O(apt_update) were fetched in this call (never in check mode).
+  returned: always
+  type: bool
+  sample: true
+lists_pending:
+  description:
+    - Check mode only - the real run would fetch the lists of O(apt_update) (the source or the key would change, or
+      the lists offer none of O(apt_versions)), so the versions the repository offers cannot be told yet.
+  returned: always
+  type: bool
+  sample: false
+versions:
+  description:
+    - Each of O(apt_versions) with the versions the package lists offer, as C(apt-cache madison) prints them (newest
+      first, each once); an empty list for a package no list offers. Empty when the lists are pending.
+  returned: always
+  type: dict
+  sample: {cuda-drivers: [580.95.05-1, 575.57.08-1]}
 """
 
 import os
@@ -207,14 +246,17 @@ from urllib.parse import unquote, urlparse
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.urls import fetch_url
 
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _files, _gpg, _validate
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _apt, _files, _gpg, _validate
 
 RULES: dict[str, _validate.Rule] = {
     "url": _gpg.KEY_URL,
     "src": _validate.Path(),
     "dest": _validate.Path(),
     "files": _validate.ListOf(_validate.Fields({"path": _validate.Path()}), max_items=16),
+    "apt_update": _validate.Path(space=False),
+    "apt_versions": _validate.ListOf(_validate.Identifier(_apt.PACKAGE_NAME_RE, _apt.PACKAGE_NAME), max_items=16),
 }
+C_ENV = {"LC_ALL": "C", "LANGUAGE": "C"}
 
 
 def fetch(module: AnsibleModule, url: str | None, src: str | None) -> tuple[bytes, str]:
@@ -274,6 +316,52 @@ def write_files(module: AnsibleModule, files: list[dict[str, t.Any]]) -> tuple[l
     return outcomes, diffs
 
 
+def apt_errors(params: dict[str, t.Any]) -> list[str]:
+    """Why O(apt_update) and O(apt_versions) cannot be used as given (nothing read yet)."""
+    errors = []
+    if params["apt_versions"] and not params["apt_update"]:
+        errors.append("apt_versions: needs apt_update, the source whose lists offer the packages")
+    if params["apt_update"] is not None:
+        problem = _apt.sources_file_error(params["apt_update"])
+        if problem:
+            errors.append("apt_update: %s" % problem)
+        if not (params["url"] or params["src"]):
+            errors.append("apt_update: only with url or src (the check-only call fetches nothing)")
+    return errors
+
+
+def run_apt(module: AnsibleModule, argv: list[str], what: str) -> str:
+    """Run apt-get or apt-cache; its output, or fail naming ``what``."""
+    rc, out, err = module.run_command([module.get_bin_path(argv[0], required=True)] + argv[1:], environ_update=C_ENV)
+    if rc != 0:
+        module.fail_json(msg="%s failed (%s, exit %d): %s" % (what, " ".join(argv), rc, (err or out).strip()[-2000:]), rc=rc)
+    return out
+
+
+def apt_lists(module: AnsibleModule, result: dict[str, t.Any], source_changed: bool) -> None:
+    """Fetch O(apt_update)'s lists when its source or key changed, and ask them for O(apt_versions) (into ``result``)."""
+    source, names = module.params["apt_update"], module.params["apt_versions"]
+    update_what = "fetching the package lists of %s" % source
+    if source_changed:
+        if module.check_mode:
+            result["lists_pending"] = True
+            return
+        run_apt(module, _apt.lists_update_argv(source), update_what)
+        result.update(lists_updated=True, changed=True)
+    if not names:
+        return
+    versions = _apt.parse_madison(run_apt(module, _apt.madison_argv(names), "asking apt for the versions of %s" % ", ".join(names)), names)
+    if not any(versions.values()) and not result["lists_updated"]:
+        # The lists of an unchanged source offer none of the packages: an earlier run stopped before fetching them.
+        if module.check_mode:
+            result["lists_pending"] = True
+            return
+        run_apt(module, _apt.lists_update_argv(source), update_what)
+        result.update(lists_updated=True, changed=True)
+        versions = _apt.parse_madison(run_apt(module, _apt.madison_argv(names), "asking apt for the versions of %s" % ", ".join(names)), names)
+    result["versions"] = versions
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec=dict(
@@ -289,6 +377,8 @@ def main() -> None:
                 path=dict(type="path", required=True),
                 content=dict(type="str"),
             )),
+            apt_update=dict(type="path"),
+            apt_versions=dict(type="list", elements="str", default=[]),
         ),
         mutually_exclusive=[("url", "src")],
         add_file_common_args=True,
@@ -300,6 +390,8 @@ def main() -> None:
     problem = _gpg.fingerprint_error(params["fingerprint"])
     if problem:
         errors.insert(0, problem)
+    if not errors:
+        errors = apt_errors(params)
     if errors:
         module.fail_json(msg="; ".join(errors), errors=errors)
     pinned = _gpg.normalize_fingerprint(params["fingerprint"])
@@ -314,7 +406,8 @@ def main() -> None:
     except _files.FileError as exc:
         module.fail_json(msg=str(exc), path=exc.path)
     result: dict[str, t.Any] = dict(changed=False, dest=dest, fingerprint=pinned, fingerprints=installed.fingerprints, fetched=False,
-                                    format=_gpg.file_format(installed), key_changed=False, files=[])
+                                    format=_gpg.file_format(installed), key_changed=False, files=[], lists_updated=False,
+                                    lists_pending=False, versions={})
 
     # Without a source: only check.
     if not (params["url"] or params["src"]):
@@ -358,6 +451,10 @@ def main() -> None:
         result["files"], diffs = write_files(module, params["files"])
         result["changed"] = changed or any(item["changed"] for item in result["files"])
         result["diff"] = [result["diff"]] + diffs
+    # The lists of the source, now that its file and key are written, and the versions they offer.
+    if params["apt_update"]:
+        source = os.path.abspath(params["apt_update"])
+        apt_lists(module, result, changed or any(item["changed"] for item in result["files"] if item["path"] == source))
     module.exit_json(**result)
 
 
