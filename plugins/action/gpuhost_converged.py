@@ -12,7 +12,8 @@ The module on the host then only reads files, one package query and one systemct
 With ``state: observe`` (once per host at the start of playbooks/site.yml, registered as
 ``gpuhost_converged_observation``) the module observes every role's record in one call; a later probe in the same
 playbook then answers on the controller from that observation while it holds (``_converged.local_answer``), and every
-probe, record and removal updates the host fact that says what still holds (``_converged.status_after``).
+probe, record and removal updates the host fact that says what still holds (``_converged.status_after``). With
+``gpu_facts: true`` the same call gathers ``ansible_facts.nvidia_gpu``, which pass through with that fact.
 
 With ``defer: true`` (the roles pass ``gpuhost_converged_defer``, which playbooks/site.yml turns on) a record or removal
 makes no remote call: the complete module arguments go into the host fact ``gpuhost_converged_deferred``, tagged with
@@ -100,7 +101,8 @@ class ActionModule(ActionBase):
 
     def _observe(self, result: dict[str, t.Any], args: dict[str, t.Any], task_vars: dict[str, t.Any]) -> dict[str, t.Any]:
         if self._play_context.check_mode:
-            # Check mode always runs every role's full path, and its probes ask the host themselves.
+            # Check mode always runs every role's full path, and its probes ask the host themselves. No GPU facts either:
+            # skipped, so site.yml's gpuhost.nvidia.nvidia_gpu_facts task runs instead.
             result.update(skipped=True, changed=False, msg="check mode: the roles' probes ask the host")
             return result
         args.setdefault("path", RECORD_DIR)
@@ -113,7 +115,8 @@ class ActionModule(ActionBase):
             return result
         identity = uuid.uuid4().hex
         playbook = self._playbook()
-        facts = {_converged.OBSERVATION_FACT: _converged.observation_status(identity, playbook)}
+        # The module's facts (the GPU facts, with gpu_facts) and what of the observation holds.
+        facts = dict(result.get("ansible_facts") or {}, **{_converged.OBSERVATION_FACT: _converged.observation_status(identity, playbook)})
         if deferred is not None:
             facts[_converged.DEFERRED_FACT] = deferred
         result.update(id=identity, playbook=playbook, ansible_facts=facts)

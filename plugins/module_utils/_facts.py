@@ -16,7 +16,7 @@ import os
 import re
 import typing as t
 
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _catalog, _kernels, _nvml, _pci, _smi
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _catalog, _files, _kernels, _nvml, _pci, _smi, _validate
 from ansible_collections.gpuhost.nvidia.plugins.module_utils._gpu_schema import empty_gpu_record, onoff
 from ansible_collections.gpuhost.nvidia.plugins.module_utils._common import (
     STATE_DRIVER_NOT_LOADED,
@@ -109,6 +109,20 @@ def _reboot_reasons(gpus: list[dict[str, t.Any]], state: str, kernel: dict[str, 
     elif state == STATE_VERSION_MISMATCH:
         reasons.append("the loaded nvidia kernel module does not match the installed user-space driver")
     return reasons
+
+
+def root_errors(root: t.Any, option: str = "root") -> list[str]:
+    """Why the facts cannot be gathered under ``root`` (given as the option ``option``); empty when they can. Checked
+    before anything is read under it: a root that is not an existing directory would be scanned as a host without GPUs
+    and reported as no_gpu."""
+    errors = _validate.check({option: root}, {option: _validate.Path(directory=True)})
+    if not errors:
+        try:
+            if not _files.check_directory(root, option):
+                errors.append("%s %r does not exist" % (option, root))
+        except _files.FileError as exc:
+            errors.append(str(exc))
+    return errors
 
 
 def gather_on_host(module: t.Any, backends: t.Iterable[str] = BACKENDS, gather: t.Iterable[str] = (), root: str = "/") -> dict[str, t.Any]:

@@ -34,6 +34,10 @@ description:
     find the host converged, a record or a removal); after that the probes ask the host. In check mode the action does
     not observe and the probes always ask the host. A registered variable lives for one run only, so a fact cache
     cannot hand a later run an old observation.
+  - O(gpu_facts=true) on O(state=observe) also gathers the GPU facts, through the collector of
+    M(gpuhost.nvidia.nvidia_gpu_facts) with its default backends and gather groups, and returns them as
+    RV(ansible_facts.nvidia_gpu) - C(playbooks/site.yml)'s facts play makes one remote call for both. Where the
+    observation does not run (check mode, or the fast path switched off) run M(gpuhost.nvidia.nvidia_gpu_facts) instead.
   - O(defer=true) on a record or removal makes no remote call - the action plugin computes everything that needs the
     role (the record path, the inputs digest) and keeps the complete call in the host fact C(gpuhost_converged_deferred)
     (a later call for the same record replaces it), and the task reports no change. O(state=flush) at the end of the
@@ -124,6 +128,22 @@ options:
         predicts it. Ignored outside check mode, where the record is compared with what the run really left.
     type: bool
     default: false
+  gpu_facts:
+    description:
+      - O(state=observe) - also gather the GPU facts, in the same call, and return them as RV(ansible_facts.nvidia_gpu),
+        exactly as M(gpuhost.nvidia.nvidia_gpu_facts) does with its default backends and gather groups. Ignored by the
+        other states.
+      - In check mode the action plugin does not observe, so no facts are gathered either.
+    type: bool
+    default: false
+  gpu_facts_root:
+    description:
+      - With O(gpu_facts) - the root to read sysfs, C(/proc), C(/dev) and the libraries under, as
+        O(gpuhost.nvidia.nvidia_gpu_facts#module:root). Paths in the returned facts are relative to it.
+      - An absolute path to an existing directory. Any other value fails the task before anything is read, the records
+        included, naming the value.
+    type: path
+    default: /
   defer:
     description:
       - O(state=record) or O(state=absent) - keep the call, complete, in the host fact C(gpuhost_converged_deferred)
@@ -199,6 +219,17 @@ EXAMPLES = r"""
     state: observe
   register: gpuhost_converged_observation
 
+# playbooks/site.yml - the GPU facts and the observation in one call; the facts module where the observation did not run.
+- name: Gather the GPU facts and observe every role's record, in one call
+  gpuhost.nvidia.gpuhost_converged:
+    state: observe
+    gpu_facts: true
+  register: gpuhost_converged_observation
+
+- name: Gather ansible_facts.nvidia_gpu where the observation did not (check mode)
+  gpuhost.nvidia.nvidia_gpu_facts:
+  when: gpuhost_converged_observation is skipped
+
 - name: Record what the full run left
   gpuhost.nvidia.gpuhost_converged:
     state: record
@@ -254,10 +285,17 @@ playbook:
   type: str
   sample: /usr/share/ansible/collections/ansible_collections/gpuhost/nvidia/playbooks/site.yml
 ansible_facts:
-  description: Facts the action plugin sets.
+  description: Facts the action plugin sets, and the GPU facts (O(gpu_facts)).
   returned: state is observe; a probe, record, removal or flush after it that changes what still holds; a deferred call
   type: dict
   contains:
+    nvidia_gpu:
+      description:
+        - O(gpu_facts) - the host's NVIDIA GPUs, driver and PCI functions, exactly as M(gpuhost.nvidia.nvidia_gpu_facts)
+          returns them (its RETURN documents every key).
+      returned: state is observe with gpu_facts, not in check mode
+      type: dict
+      sample: {"present": false, "source": "pci", "state": "no_gpu", "messages": [], "gpus": []}
     gpuhost_converged_observed:
       description:
         - What of the observation still holds - C(id) (the observation's), C(playbook), C(trusted) (no role has taken
@@ -461,6 +499,19 @@ RECORD_SPEC = dict(
 )
 
 
+GPU_FACTS_ROOT_FIX = ("the GPU facts were not gathered and no record was read: give gpu_facts_root (playbooks/site.yml: "
+                      "gpuhost_facts_root) as the absolute path of an existing directory to read sys, proc and dev under, "
+                      "or leave it unset to read the host's own (/)")
+
+
+def facts_collector() -> t.Any:
+    """module_utils/_facts.py, the collector gpuhost.nvidia.nvidia_gpu_facts gathers with. Imported when used, not at the
+    top: its NVML, nvidia-smi and PCI readers are compiled on the host by the observation that gathers the GPU facts,
+    not by every probe, record and flush (about 40 ms a call; Ansible ships them in every call's payload either way)."""
+    from ansible_collections.gpuhost.nvidia.plugins.module_utils import _facts
+    return _facts
+
+
 def main() -> None:
     module = AnsibleModule(
         # A record's options (RECORD_SPEC, as O(records) takes them), with the module's own state and path.
@@ -470,6 +521,8 @@ def main() -> None:
             path=dict(type="path"),
             inputs=dict(type="dict", default={}),
             defer=dict(type="bool", default=False),
+            gpu_facts=dict(type="bool", default=False),
+            gpu_facts_root=dict(type="path", default="/"),
             records=dict(type="list", elements="dict", default=[], options=RECORD_SPEC, required_if=[("state", "record", ["inputs_digest"])]),
         ),
         required_if=[("state", "probe", ["inputs_digest"]), ("state", "record", ["inputs_digest"])],
@@ -478,6 +531,13 @@ def main() -> None:
     params = module.params
     if params["state"] != "flush" and not params["path"]:
         module.fail_json(msg="path is required outside a role")
+    facts_root = params["gpu_facts_root"] if params["state"] == "observe" and params["gpu_facts"] else None
+    if facts_root is not None:
+        # Refused before anything is read or written, the deferred records included: a root that is not a directory
+        # would report no_gpu.
+        errors = facts_collector().root_errors(facts_root, "gpu_facts_root")
+        if errors:
+            module.fail_json(msg="; ".join(errors) + "; " + GPU_FACTS_ROOT_FIX, errors=errors)
     # Deferred records first (state=flush: only them): a call that reads a record reads the one its run wrote.
     flushed = flush(module, params["records"]) if params["records"] else []
     done: dict[str, t.Any] = {}
@@ -489,7 +549,11 @@ def main() -> None:
         module.exit_json(changed=any_flushed, **done)
     path = os.path.abspath(params["path"])
     if params["state"] == "observe":
-        module.exit_json(changed=any_flushed, path=path, records=observe_all(module, path, params["package_manager"]), **done)
+        result = dict(done, changed=any_flushed, path=path, records=observe_all(module, path, params["package_manager"]))
+        if facts_root is not None:
+            # nvidia_gpu_facts' default backends and gather groups, as site.yml's facts play always gathered them.
+            result["ansible_facts"] = {"nvidia_gpu": facts_collector().gather_on_host(module, root=facts_root)}
+        module.exit_json(**result)
 
     if params["state"] == "absent":
         result = remove(module, path)

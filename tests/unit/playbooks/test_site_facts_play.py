@@ -1,0 +1,96 @@
+# Copyright (c) gpuhost.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""site.yml's facts play gathers ansible_facts.nvidia_gpu exactly once per host (issue 21): in the observation's call
+(gpuhost_converged state=observe with gpu_facts) where the observation runs, else with gpuhost.nvidia.nvidia_gpu_facts,
+from the same root. The conditions are site.yml's own, evaluated as Ansible does; the observation's result in check
+mode is the real action plugin's (it skips without calling the module)."""
+
+from __future__ import annotations
+
+import pathlib
+import types
+
+import pytest
+import yaml
+
+from ansible.parsing.dataloader import DataLoader
+from ansible.template import Templar, trust_as_template
+
+from ansible_collections.gpuhost.nvidia.plugins.action import gpuhost_converged as action_plugin
+from ansible_collections.gpuhost.nvidia.plugins.modules import gpuhost_converged, nvidia_gpu_facts
+
+ROOT = pathlib.Path(__file__).resolve().parents[3]
+OBSERVE = "gpuhost.nvidia.gpuhost_converged"
+FACTS = "gpuhost.nvidia.nvidia_gpu_facts"
+# What Ansible registers for a task whose `when` is false.
+SKIPPED = {"changed": False, "skipped": True, "skip_reason": "Conditional result was False"}
+
+
+def facts_play() -> dict:
+    play = yaml.safe_load((ROOT / "playbooks" / "site.yml").read_text(encoding="utf-8"))[0]
+    assert play["name"] == "Gather NVIDIA GPU facts"
+    return play
+
+
+def default(module: types.ModuleType, option: str) -> str:
+    return yaml.safe_load(module.DOCUMENTATION)["options"][option]["default"]
+
+
+def when(templar: Templar, task: dict) -> bool:
+    conditions = task.get("when", [])
+    return all(templar.evaluate_conditional(trust_as_template(c)) for c in ([conditions] if isinstance(conditions, str) else conditions))
+
+
+def observe(args: dict, check_mode: bool) -> dict:
+    """The action plugin run as the task; its module call answers as the module does with gpu_facts."""
+    calls = []
+    task = types.SimpleNamespace(args=args, async_val=0, check_mode=check_mode, action=OBSERVE,
+                                 get_play=lambda: types.SimpleNamespace(get_path=lambda: str(ROOT / "playbooks" / "site.yml") + ":23"))
+    connection = types.SimpleNamespace(_shell=types.SimpleNamespace(tmpdir="/tmp/ansible-tmp"))
+    plugin = action_plugin.ActionModule(task, connection, types.SimpleNamespace(check_mode=check_mode), None, None)
+
+    def execute_module(module_name, module_args, task_vars):
+        calls.append(module_args)
+        facts = {"nvidia_gpu": {"root": module_args.get("gpu_facts_root", default(gpuhost_converged, "gpu_facts_root"))}}
+        return {"changed": False, "path": module_args["path"], "records": {}, **({"ansible_facts": facts} if module_args.get("gpu_facts") else {})}
+
+    plugin._execute_module = execute_module
+    result = plugin.run(task_vars={"ansible_facts": {"pkg_mgr": "apt"}})
+    assert len(calls) == (0 if result.get("skipped") else 1)
+    return result
+
+
+@pytest.mark.parametrize("root", [None, "/opt/gpuhost-fakeroot"], ids=["root-unset", "root-set"])
+@pytest.mark.parametrize("check_mode", [False, True], ids=["run", "check"])
+@pytest.mark.parametrize("fast_path", [None, True, False, "false"], ids=["fast-path-unset", "true", "false", "false-string"])
+def test_exactly_one_of_the_two_gathers(fast_path, check_mode, root):
+    tasks = facts_play()["tasks"]
+    # The observation first: the facts module's condition reads what it registered.
+    assert [next(key for key in task if key.startswith("gpuhost.")) for task in tasks] == [OBSERVE, FACTS]
+    observe_task, facts_task = tasks
+    variables = {"ansible_check_mode": check_mode}
+    if fast_path is not None:
+        variables["gpuhost_fast_path"] = fast_path
+    if root is not None:
+        variables["gpuhost_facts_root"] = root
+    templar = Templar(loader=DataLoader(), variables=variables)
+
+    observe_args = templar.template({key: trust_as_template(value) if isinstance(value, str) else value
+                                     for key, value in observe_task[OBSERVE].items()})
+    observed = observe(observe_args, check_mode) if when(templar, observe_task) else dict(SKIPPED)
+    templar = Templar(loader=DataLoader(), variables=dict(variables, **{observe_task["register"]: observed}))
+    gathered_by = ["observation"] if "nvidia_gpu" in observed.get("ansible_facts", {}) else []
+    if when(templar, facts_task):
+        gathered_by.append("nvidia_gpu_facts")
+    runs_observation = fast_path not in (False, "false") and not check_mode
+    assert gathered_by == (["observation"] if runs_observation else ["nvidia_gpu_facts"])
+
+    # The same root either way (omitted: each module's default, /), and nvidia_gpu_facts' defaults for the rest.
+    facts_args = templar.template({key: trust_as_template(value) for key, value in facts_task[FACTS].items()})
+    assert set(facts_args) <= {"root"} and set(observe_args) <= {"state", "gpu_facts", "gpu_facts_root"}
+    want = root or "/"
+    assert facts_args.get("root", default(nvidia_gpu_facts, "root")) == want
+    if runs_observation:
+        assert observed["ansible_facts"]["nvidia_gpu"] == {"root": want}
