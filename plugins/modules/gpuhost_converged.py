@@ -37,7 +37,8 @@ description:
   - O(gpu_facts=true) on O(state=observe) also gathers the GPU facts, through the collector of
     M(gpuhost.nvidia.nvidia_gpu_facts) with its default backends and gather groups, and returns them as
     RV(ansible_facts.nvidia_gpu) - C(playbooks/site.yml)'s facts play makes one remote call for both. Where the
-    observation does not run (check mode, or the fast path switched off) run M(gpuhost.nvidia.nvidia_gpu_facts) instead.
+    observation does not run (in check mode the action plugin skips it) run M(gpuhost.nvidia.nvidia_gpu_facts) instead,
+    as C(playbooks/site.yml) does when C(gpuhost_converged_observation is skipped).
   - O(defer=true) on a record or removal makes no remote call - the action plugin computes everything that needs the
     role (the record path, the inputs digest) and keeps the complete call in the host fact C(gpuhost_converged_deferred)
     (a later call for the same record replaces it), and the task reports no change. O(state=flush) at the end of the
