@@ -993,6 +993,26 @@ _APT_PLAIN_NAME = re.compile(r"[a-z0-9][a-z0-9+.-]+\Z")
 _DPKG_NOT_INSTALLED = ("n", "c")
 
 
+# apt: the versions the repositories offer, in the same call (#21): what install_apt.yml's own `apt-cache madison` would
+# answer, asked here when the role adds no repository in the run (the lists cannot change before the install). One line
+# per offered version, "name | version | source", nothing for a name no repository has; exit status 0 either way.
+APT_OFFERED_QUERY: list[str] = ["apt-cache", "madison"]
+# Names apt-cache reads as they are, never as a pattern: apt reads a name with one of .?+*|[^$ as a regular expression
+# when no package has it (matched against every package name), and name:arch as an architecture-qualified name.
+_APT_LITERAL_NAME = re.compile(r"[a-z0-9][a-z0-9-]*\Z")
+
+
+def apt_offered_names(names: t.Any) -> list[str]:
+    """The names of ``names`` that ``APT_OFFERED_QUERY`` is asked about, sorted and once each: the literal ones."""
+    return sorted({str(n) for n in _as_list(names) if _APT_LITERAL_NAME.match(str(n or ""))})
+
+
+def parse_offered(output: t.Any) -> list[list[str]]:
+    """``apt-cache madison`` output as rows of its ``|``-separated fields, stripped (name, version, source), as the role
+    splits its own call's lines."""
+    return [[field.strip() for field in line.split("|")] for line in str(output or "").splitlines() if line.strip()]
+
+
 def database_order(pkg_mgr: str) -> list[str]:
     """The package databases to read, the role's package manager's first (a host can carry a second database: an
     emulated EL host on Debian, alien); the others are read only when it lists no package (package_facts' ``auto``)."""

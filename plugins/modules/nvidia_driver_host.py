@@ -13,7 +13,8 @@ description:
   - Read-only. Gathers what the C(gpuhost.nvidia.nvidia_driver) role's plan and its later tasks read from the host - the
     Secure Boot state, a driver installed by NVIDIA's C(.run) installer, the installed packages the role reasons about,
     other repository definitions that name NVIDIA's hosts, the running kernel's headers and whether a repository offers
-    their package - in one module call instead of one remote task each.
+    their package, and with apt the versions the repositories offer of the role's candidate packages - in one module call
+    instead of one remote task each.
   - This is the driver role's host inventory, not GPU facts - those come from M(gpuhost.nvidia.nvidia_gpu_facts). Nothing
     is set as a fact; register the result.
   - The installed packages come from one query of the package database (C(dpkg-query -W), C(rpm -qa) or C(pacman -Q)),
@@ -95,6 +96,16 @@ options:
         expression against every package name) is not run.
     type: str
     default: ''
+  offered_packages:
+    description:
+      - With O(package_manager=apt), the packages to ask the repositories about with one C(apt-cache madison), for
+        RV(offered). The C(gpuhost.nvidia.nvidia_driver) role asks here about its candidate packages when it adds no
+        repository in the run, instead of asking again after its repository step.
+      - Only plain names (lower-case letters, digits and C(-)) are asked; apt would read a name with C(.), C(+) or
+        another pattern character as a regular expression when no package has it. RV(offered_asked) lists those asked.
+    type: list
+    elements: str
+    default: []
 seealso:
   - module: gpuhost.nvidia.nvidia_gpu_facts
   - module: ansible.builtin.package_facts
@@ -167,6 +178,21 @@ headers_offered:
   returned: always
   type: bool
   sample: true
+offered:
+  description:
+    - What C(apt-cache madison) printed for RV(offered_asked), one row per offered version - the package name, the
+      version and the source, as the fields of its C(|)-separated lines; no row for a name no repository offers.
+    - Null when nothing was asked (another package manager, no plain name in O(offered_packages)) or the question failed.
+  returned: always
+  type: list
+  elements: list
+  sample: [["nvidia-open-kernel-dkms", "535.261.03-1", "http://deb.debian.org/debian bookworm/contrib amd64 Packages"]]
+offered_asked:
+  description: The names of O(offered_packages) that RV(offered) answers (empty when RV(offered) is null).
+  returned: always
+  type: list
+  elements: str
+  sample: [libcuda1, nvidia-open-kernel-dkms]
 """
 
 import os
@@ -213,6 +239,18 @@ def offered(module: AnsibleModule, pkg_mgr: str, package: str) -> bool:
     return answer is not None and answer[0] == 0
 
 
+def offered_rows(module: AnsibleModule, pkg_mgr: str, names: list[str]) -> tuple[list[list[str]] | None, list[str]]:
+    """apt: the repositories' answer about the plain names of ``names`` (``apt-cache madison``), and the names asked;
+    None and nothing asked for another package manager, no plain name, or a failed question."""
+    asked = _driver.apt_offered_names(names) if pkg_mgr == "apt" else []
+    if not asked:
+        return None, []
+    answer = run(module, _driver.APT_OFFERED_QUERY + asked)
+    if answer is None or answer[0] != 0:
+        return None, []
+    return _driver.parse_offered(answer[1]), asked
+
+
 def repo_files(directories: list[str], mentions: list[str], exclude: list[str]) -> list[str]:
     """Regular, not hidden files directly in ``directories`` with a line naming one of ``mentions``."""
     found = []
@@ -250,6 +288,7 @@ def main() -> None:
             "repo_exclude": {"type": "list", "elements": "str", "default": []},
             "headers_dir": {"type": "path"},
             "headers_package": {"type": "str", "default": ""},
+            "offered_packages": {"type": "list", "elements": "str", "default": []},
         },
         supports_check_mode=True,
     )
@@ -274,6 +313,7 @@ def main() -> None:
         headers_present = os.path.lexists(params["headers_dir"])
         if not headers_present and params["headers_package"] and pkg_mgr in _driver.HEADERS_QUERIES:
             headers_offered = offered(module, pkg_mgr, params["headers_package"])
+    offered_answer, offered_asked = offered_rows(module, pkg_mgr, params["offered_packages"])
 
     module.exit_json(
         changed=False,
@@ -285,6 +325,8 @@ def main() -> None:
         foreign_repo_files=repo_files(params["repo_dirs"], params["repo_mentions"], params["repo_exclude"]),
         headers_present=headers_present,
         headers_offered=headers_offered,
+        offered=offered_answer,
+        offered_asked=offered_asked,
     )
 
 

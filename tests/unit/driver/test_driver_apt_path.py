@@ -87,9 +87,11 @@ def test_a_skipped_query_offers_nothing():
     assert host["__nvidia_driver_apt_headers"] == []
 
 
-def _tasks():
+def _tasks(sections=("block",)):
+    """install_apt.yml's tasks, those of its blocks' ``sections`` in their place."""
     with open(os.path.join(ROLE, "tasks", "install_apt.yml"), encoding="utf-8") as handle:
-        return yaml.safe_load(handle)
+        tasks = yaml.safe_load(handle)
+    return [inner for task in tasks for inner in ([task] if "block" not in task else [t for key in sections for t in task.get(key, [])])]
 
 
 def test_the_apt_path_asks_once_removes_once_and_installs_the_driver_with_its_headers_in_one_transaction():
@@ -195,3 +197,43 @@ def test_the_ensured_packages_fact_follows_the_install_and_runs_in_check_mode_to
     assert "__nvidia_driver_plan_taken.install + __nvidia_driver_plan_taken.predicted" in expression
     assert fact["ansible.builtin.set_fact"]["gpuhost_package_plan"] == []
     assert not [t for t in _tasks() if "ansible.builtin.set_fact" in t and "gpuhost_ensured_packages" in t["ansible.builtin.set_fact"]]
+
+
+def _known(repo_url="", offered=True, asked=None, pending=False):
+    """The apt path after the preflight's host read asked the repositories ahead (#21)."""
+    host = _host(packages=["linux-image-cloud-amd64"])
+    rows = [[field.strip() for field in line.split("|")] for line in MADISON]
+    host.variables.update({
+        "__nvidia_driver_repo": {"url": repo_url} if repo_url else {},
+        "nvidia_driver_repo_pending": pending,
+        # install_apt.yml's own question did not run (skipped): only the host read can answer.
+        "__nvidia_driver_offered": {"skipped": True, "changed": False},
+    })
+    host.variables["__nvidia_driver_host_probe"].update({
+        "offered": rows if offered else None,
+        "offered_asked": ["linux-headers-cloud-amd64", "nvidia-kernel-dkms", "nvidia-open-kernel-dkms"] if asked is None else asked})
+    return host
+
+
+def test_the_host_reads_answer_stands_for_the_question_when_no_repository_is_added():
+    host = _known()
+    assert host["__nvidia_driver_apt_query"] == ["nvidia-open-kernel-dkms", "linux-headers-cloud-amd64"]
+    assert host["__nvidia_driver_offered_known"] is True
+    # The same rows as the question's own answer: those of the names asked (the source package's row is not one).
+    assert host["__nvidia_driver_offered_versions"] == ["535.261.03-1~deb12u1", "535.247.01-1~deb12u1"]
+    assert host["__nvidia_driver_offered_names"] == ["nvidia-open-kernel-dkms", "linux-headers-cloud-amd64"]
+    assert host["__nvidia_driver_apt_headers"] == ["linux-headers-cloud-amd64"]
+
+
+@pytest.mark.parametrize("case", [
+    {"repo_url": "https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/"},  # the run adds or refreshes one
+    {"offered": False},  # the host read asked nothing (or its question failed)
+    {"asked": ["nvidia-open-kernel-dkms"]},  # a name of the question was not asked ahead
+])
+def test_the_apt_path_asks_itself_unless_the_host_read_answered_every_name(case):
+    host = _known(**case)
+    assert host["__nvidia_driver_offered_known"] is False
+    assert host["__nvidia_driver_offered_versions"] == []  # (the skipped task's answer)
+    task = next(t for t in _tasks() if "ansible.builtin.command" in t)
+    assert task["when"] == ["__nvidia_driver_apt_query | length > 0", "not __nvidia_driver_offered_known | bool"]
+    assert task["ansible.builtin.command"]["argv"] == "{{ ['apt-cache', 'madison'] + __nvidia_driver_apt_query }}"

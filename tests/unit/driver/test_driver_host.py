@@ -19,6 +19,8 @@ import pytest
 import yaml
 
 from ansible.module_utils import basic
+from ansible.parsing.dataloader import DataLoader
+from ansible.template import Templar, trust_as_template
 from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.gpuhost.nvidia.plugins.module_utils import _driver
@@ -282,20 +284,93 @@ def test_the_role_asks_for_every_package_it_reads(name, wanted):
     assert sorted(selected) == sorted(wanted)
 
 
+BLACKLIST = "/etc/modprobe.d/gpuhost-nvidia-blacklist-nouveau.conf"
+PASSTHROUGH = "/etc/modprobe.d/gpuhost-nvidia-passthrough.conf"
+
+
+def _template(host, expression):
+    return Templar(loader=DataLoader(), variables=host.variables).template(trust_as_template(expression))
+
+
+def _driver_tasks():
+    with open(os.path.join(ROLE, "tasks", "driver.yml"), encoding="utf-8") as handle:
+        return yaml.safe_load(handle)
+
+
 @pytest.mark.parametrize("changed, blacklist, passthrough", [
     ([], False, False),
-    (["/etc/modprobe.d/gpuhost-nvidia-blacklist-nouveau.conf"], True, False),
-    (["/etc/modprobe.d/gpuhost-nvidia-passthrough.conf"], False, True),
+    ([BLACKLIST], True, False),
+    ([PASSTHROUGH], False, True),
     (None, False, False),  # the write did not run (nothing to write)
 ])
-def test_one_modprobe_write_tells_which_file_changed(changed, blacklist, passthrough):
+@pytest.mark.parametrize("apt", [False, True])
+def test_one_modprobe_write_tells_which_file_changed(changed, blacklist, passthrough, apt):
     host = RoleVars("debian12")
-    if changed is not None:
+    if changed is not None and apt:
+        # apt (#21): the pin's call wrote them before the install; tasks/driver.yml kept its changed modprobe.d files.
+        host.variables["__nvidia_driver_modprobe_written"] = changed
+        host.variables["__nvidia_driver_modprobe"] = {"skipped": True, "changed": False}
+    elif changed is not None:
         host.variables["__nvidia_driver_modprobe"] = {"changed": bool(changed), "changed_files": changed}
     assert (host["__nvidia_driver_blacklist_changed"], host["__nvidia_driver_passthrough_changed"]) == (blacklist, passthrough)
-    with open(os.path.join(ROLE, "tasks", "driver.yml"), encoding="utf-8") as handle:
-        task = next(t for t in yaml.safe_load(handle) if t.get("register") == "__nvidia_driver_modprobe")
-    assert "gpuhost.nvidia.gpuhost_apply" in task and task["notify"] == "Regenerate the initramfs"
+    assert host["__nvidia_driver_modprobe_changed"] == (changed or [])
+    task = next(t for t in _driver_tasks() if t.get("register") == "__nvidia_driver_modprobe")
+    assert "gpuhost.nvidia.gpuhost_apply" in task and task["gpuhost.nvidia.gpuhost_apply"]["files"] == "{{ __nvidia_driver_modprobe_files }}"
+    # dnf and pacman write them after the install; apt with the pin (install_apt.yml).
+    assert task["when"][0] == "__nvidia_driver_pkg_mgr != 'apt'"
+
+
+def test_the_initramfs_is_regenerated_exactly_when_a_modprobe_file_changed():
+    """One task after the writes and Fabric Manager, for apt, dnf and pacman (it replaced the handler and its flush; the
+    removal path keeps the handler); check mode predicts it through the command's `removes`."""
+    tasks = _driver_tasks()
+    names = [t["name"] for t in tasks]
+    task = tasks[names.index("Regenerate the initramfs now if the module configuration changed")]
+    assert task["ansible.builtin.command"] == {"argv": "{{ __nvidia_driver_initramfs_command }}", "removes": "{{ __nvidia_driver_initramfs_tool }}"}
+    assert task["changed_when"] is True and task["when"] == "__nvidia_driver_modprobe_changed | length > 0"
+    assert names.index("Install and enable Fabric Manager, and move NSCQ with the driver") < names.index(task["name"])
+    assert not [t for t in tasks if "notify" in t or "ansible.builtin.meta" in t]
+    host = RoleVars("debian12")
+    # Only modprobe.d files count: the pin file the same apt call wrote does not.
+    host.variables["__nvidia_driver_modprobe"] = {"changed": True, "changed_files": ["/etc/apt/preferences.d/gpuhost-nvidia-driver.pref"]}
+    assert host["__nvidia_driver_modprobe_changed"] == []
+
+
+def test_apt_writes_the_modprobe_files_in_the_pins_call_and_keeps_what_changed_before_fabric_managers_hold():
+    with open(os.path.join(ROLE, "tasks", "install_apt.yml"), encoding="utf-8") as handle:
+        tasks = yaml.safe_load(handle)
+    names = [t["name"] for t in tasks]
+    pin = tasks[names.index("Pin the driver branch or version with apt preferences, or remove the pin")]
+    assert pin["vars"]["internal_repository_pin_files"] == "{{ __nvidia_driver_modprobe_files }}"
+    assert names.index(pin["name"]) < names.index("Install the driver packages, or regenerate the initramfs for the new module configuration when that fails")
+    with open(os.path.join(ROLE, "..", "internal_repository", "tasks", "apt_pin.yml"), encoding="utf-8") as handle:
+        (applied,) = yaml.safe_load(handle)
+    assert applied["register"] == "internal_repository_pin_applied"
+    assert "+ internal_repository_pin_files | default([], true)" in applied["gpuhost.nvidia.gpuhost_apply"]["files"]
+    # Kept by the set_fact right after the install (Fabric Manager's hold, the same apt_pin.yml, registers over it).
+    tasks = _driver_tasks()
+    names = [t["name"] for t in tasks]
+    fact = next(t for t in tasks if "__nvidia_driver_modprobe_written" in t.get("ansible.builtin.set_fact", {}))
+    assert names.index(fact["name"]) == names.index("Install the driver packages") + 1
+    assert names.index(fact["name"]) < names.index("Install and enable Fabric Manager, and move NSCQ with the driver")
+    host = RoleVars("debian12")
+    host.variables.update({"__nvidia_driver_pkg_mgr": "apt", "internal_repository_pin_applied": {
+        "changed_files": ["/etc/apt/preferences.d/gpuhost-nvidia-driver.pref", BLACKLIST]}})
+    written = fact["ansible.builtin.set_fact"]["__nvidia_driver_modprobe_written"]
+    assert _template(host, written) == [BLACKLIST]
+    host.variables["__nvidia_driver_pkg_mgr"] = "dnf"
+    assert _template(host, written) == []
+
+
+def test_a_failed_apt_install_still_regenerates_for_the_modprobe_files_written_before_it():
+    with open(os.path.join(ROLE, "tasks", "install_apt.yml"), encoding="utf-8") as handle:
+        tasks = yaml.safe_load(handle)
+    block = next(t for t in tasks if "block" in t)
+    assert [t["name"] for t in block["block"]] == ["Install the driver packages"]
+    regenerate, fail = block["rescue"]
+    assert regenerate["ansible.builtin.command"]["argv"] == "{{ __nvidia_driver_initramfs_command }}"
+    assert regenerate["when"] == "__nvidia_driver_modprobe_in_pin_call | length > 0"
+    assert "ansible_failed_result.msg" in fail["ansible.builtin.fail"]["msg"]
 
 
 def _registers(tasks):
@@ -327,3 +402,66 @@ def test_ca_certificates_counts_as_ensured_only_from_the_hosts_own_database(name
     # An emulated EL host on Debian reads dpkg's database until its first rpm: its ca-certificates is not dnf's.
     assert RoleVars(name)["__nvidia_driver_own_database"] == database
     assert database == _driver.database_order(RoleVars(name)["__nvidia_driver_pkg_mgr"])[0]
+
+
+# apt-cache madison as bookworm's apt prints it (the names right-aligned), with a deb-src row of the source package.
+MADISON = (
+    "nvidia-open-kernel-dkms | 535.261.03-1~deb12u1 | http://deb.debian.org/debian bookworm/contrib amd64 Packages\n"
+    "       libcuda1 | 535.261.03-1~deb12u1 | http://deb.debian.org/debian bookworm/non-free amd64 Packages\n"
+    "nvidia-graphics-drivers | 535.261.03-1~deb12u1 | http://deb.debian.org/debian bookworm/non-free Sources\n"
+)
+
+
+def test_only_literal_names_are_asked_about_the_offered_versions():
+    # apt reads a name with . + ? * | [ ^ $ as a regular expression when no package has it, name:arch as qualified.
+    names = ["nvidia-smi", "libcuda1", "linux-headers-6.1.0-28-amd64", "libstdc++6", "nvidia-smi:i386", "nvidia-{branch}", "", "nvidia-smi"]
+    assert _driver.apt_offered_names(names) == ["libcuda1", "nvidia-smi"]
+    assert _driver.parse_offered(MADISON)[1] == ["libcuda1", "535.261.03-1~deb12u1", "http://deb.debian.org/debian bookworm/non-free amd64 Packages"]
+    assert _driver.parse_offered("") == [] and len(_driver.parse_offered(MADISON + "\n")) == 3
+
+
+@pytest.mark.parametrize("pkg_mgr, rc, asked, offered", [
+    ("apt", 0, ["libcuda1", "nvidia-open-kernel-dkms"], 3),
+    ("apt", 100, [], None),  # a failed question: the role asks again after its repository step
+    ("dnf", 0, [], None),
+])
+def test_the_host_read_asks_apt_about_the_offered_versions_in_the_same_call(monkeypatch, pkg_mgr, rc, asked, offered):
+    def madison(argv):
+        assert argv[1] == "madison", argv
+        return rc, MADISON if rc == 0 else "", ""
+    host = Host(monkeypatch, {"dpkg-query": (0, DPKG, ""), "rpm": (0, RPM, ""), "apt-cache": madison})
+    result = host.run(package_manager=pkg_mgr, mokutil="", offered_packages=["nvidia-open-kernel-dkms", "libcuda1", "linux-headers-6.1.0-28-amd64"])
+    assert result["offered_asked"] == asked
+    assert (result["offered"] if offered is None else len(result["offered"])) == offered
+    madison_calls = [argv for argv in host.calls if argv[1:2] == ["madison"]]
+    assert madison_calls == ([["/usr/bin/apt-cache", "madison", "libcuda1", "nvidia-open-kernel-dkms"]] if pkg_mgr == "apt" else [])
+
+
+def test_nothing_is_asked_without_names(monkeypatch):
+    host = Host(monkeypatch, {"dpkg-query": (0, DPKG, "")})
+    result = host.run(package_manager="apt", mokutil="")
+    assert (result["offered"], result["offered_asked"]) == (None, [])
+    assert [os.path.basename(argv[0]) for argv in host.calls] == ["dpkg-query"]
+
+
+@pytest.mark.parametrize("variables, expected", [
+    # Debian's own archive (source auto: the nvidia source adds NVIDIA's repository, its names are asked after it).
+    ({}, ["libcuda1", "linux-headers-amd64", "linux-headers-arm64", "linux-headers-cloud-amd64", "linux-headers-cloud-arm64",
+          "linux-headers-rt-amd64", "linux-headers-rt-arm64", "nvidia-kernel-dkms", "nvidia-open-kernel-dkms", "nvidia-smi"]),
+    ({"nvidia_driver_source": "distro"}, None),
+    # A repository for every source: nothing to ask ahead.
+    ({"nvidia_driver_source": "nvidia"}, []),
+    ({"nvidia_driver_repo_url": "https://mirror.example/debian12/x86_64/"}, []),
+])
+def test_the_host_read_asks_ahead_only_for_sources_without_a_repository(variables, expected):
+    host = RoleVars("debian12")
+    host.variables.update(variables)
+    asked = host["__nvidia_driver_offered_ask"]
+    if expected is None:
+        assert "nvidia-open-kernel-dkms" in asked and "nvidia-kernel-open-dkms" not in asked
+    else:
+        assert asked == expected
+    with open(os.path.join(ROLE, "tasks", "preflight.yml"), encoding="utf-8") as handle:
+        task = next(t for t in yaml.safe_load(handle) if "gpuhost.nvidia.nvidia_driver_host" in t)
+    assert task["gpuhost.nvidia.nvidia_driver_host"]["offered_packages"] == (
+        "{{ __nvidia_driver_offered_ask if __nvidia_driver_pkg_mgr | default('') == 'apt' else [] }}")
