@@ -87,11 +87,20 @@ def test_a_skipped_query_offers_nothing():
     assert host["__nvidia_driver_apt_headers"] == []
 
 
-def _tasks(sections=("block",)):
-    """install_apt.yml's tasks, those of its blocks' ``sections`` in their place."""
-    with open(os.path.join(ROLE, "tasks", "install_apt.yml"), encoding="utf-8") as handle:
+def _tasks(sections=("block",), name="install_apt.yml"):
+    """install_apt.yml's tasks, those of its blocks' ``sections`` and of the files it includes (with the include's
+    condition first in theirs) in their place."""
+    with open(os.path.join(ROLE, "tasks", name), encoding="utf-8") as handle:
         tasks = yaml.safe_load(handle)
-    return [inner for task in tasks for inner in ([task] if "block" not in task else [t for key in sections for t in task.get(key, [])])]
+    flat = []
+    for task in tasks:
+        if "block" in task:
+            flat.extend(t for key in sections for t in task.get(key, []))
+        elif "ansible.builtin.include_tasks" in task:
+            flat.extend(dict(t, when=[task["when"], t["when"]]) for t in _tasks(sections, task["ansible.builtin.include_tasks"]))
+        else:
+            flat.append(task)
+    return flat
 
 
 def test_the_apt_path_asks_once_removes_once_and_installs_the_driver_with_its_headers_in_one_transaction():
@@ -237,3 +246,13 @@ def test_the_apt_path_asks_itself_unless_the_host_read_answered_every_name(case)
     task = next(t for t in _tasks() if "ansible.builtin.command" in t)
     assert task["when"] == ["__nvidia_driver_apt_query | length > 0", "not __nvidia_driver_offered_known | bool"]
     assert task["ansible.builtin.command"]["argv"] == "{{ ['apt-cache', 'madison'] + __nvidia_driver_apt_query }}"
+
+
+def test_the_move_and_check_modes_unwritten_pin_are_decided_in_one_task():
+    """#21: one set_fact (one task result) for the move and __nvidia_driver_hold_pending, from the same move."""
+    task = next(t for t in _tasks() if t["name"] == "Decide whether the installed driver moves")
+    facts = task["ansible.builtin.set_fact"]
+    assert facts == {"__nvidia_driver_move": "{{ __nvidia_driver_move_now }}",
+                     "__nvidia_driver_hold_pending": "{{ ansible_check_mode and __nvidia_driver_move_now.moves }}"}
+    assert "gpuhost.nvidia.nvidia_driver_move(__nvidia_driver_installed_version, __nvidia_driver_offered_versions)" in task["vars"]["__nvidia_driver_move_now"]
+    assert not [t for t in _tasks() if "__nvidia_driver_hold_pending" in t.get("ansible.builtin.set_fact", {}) and t["name"] != task["name"]]

@@ -314,10 +314,16 @@ def test_one_modprobe_write_tells_which_file_changed(changed, blacklist, passthr
         host.variables["__nvidia_driver_modprobe"] = {"changed": bool(changed), "changed_files": changed}
     assert (host["__nvidia_driver_blacklist_changed"], host["__nvidia_driver_passthrough_changed"]) == (blacklist, passthrough)
     assert host["__nvidia_driver_modprobe_changed"] == (changed or [])
-    task = next(t for t in _driver_tasks() if t.get("register") == "__nvidia_driver_modprobe")
-    assert "gpuhost.nvidia.gpuhost_apply" in task and task["gpuhost.nvidia.gpuhost_apply"]["files"] == "{{ __nvidia_driver_modprobe_files }}"
-    # dnf and pacman write them after the install; apt with the pin (install_apt.yml).
-    assert task["when"][0] == "__nvidia_driver_pkg_mgr != 'apt'"
+    # dnf and pacman write them in a call of their own at the end of their install files; apt with the pin (install_apt.yml).
+    for name, calls in (("install_dnf.yml", 1), ("install_pacman.yml", 1), ("install_apt.yml", 0), ("driver.yml", 0)):
+        with open(os.path.join(ROLE, "tasks", name), encoding="utf-8") as handle:
+            tasks = yaml.safe_load(handle)
+        writes = [t for t in tasks if t.get("register") == "__nvidia_driver_modprobe"]
+        assert len(writes) == calls, name
+        for task in writes:
+            assert task is tasks[-1], name
+            assert task["gpuhost.nvidia.gpuhost_apply"] == {"files": "{{ __nvidia_driver_modprobe_files }}"}
+            assert task["when"] == "__nvidia_driver_modprobe_files | length > 0"
 
 
 def test_the_initramfs_is_regenerated_exactly_when_a_modprobe_file_changed():
