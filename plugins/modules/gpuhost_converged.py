@@ -145,6 +145,14 @@ options:
         included, naming the value.
     type: path
     default: /
+  host_facts:
+    description:
+      - O(state=observe) - also return, in the same call, the host facts of C(ansible.builtin.setup)'s V(platform),
+        V(distribution) and V(pkg_mgr) subsets, as setup returns them, gathered by Ansible's own fact collectors, as
+        O(gpuhost.nvidia.nvidia_gpu_facts#module:host_facts) does. C(playbooks/site.yml)'s facts play then needs no
+        C(gather_facts) call. Ignored by the other states; in check mode the action plugin does not observe.
+    type: bool
+    default: false
   defer:
     description:
       - O(state=record) or O(state=absent) - keep the call, complete, in the host fact C(gpuhost_converged_deferred)
@@ -297,6 +305,15 @@ ansible_facts:
       returned: state is observe with gpu_facts, not in check mode
       type: dict
       sample: {"present": false, "source": "pci", "state": "no_gpu", "messages": [], "gpus": []}
+    distribution:
+      description:
+        - O(host_facts) - the host facts of setup's V(platform), V(distribution) and V(pkg_mgr) subsets, keyed as setup
+          returns them (C(ansible_distribution), C(ansible_os_family), C(ansible_pkg_mgr), C(ansible_architecture),
+          C(ansible_kernel) and the others of those subsets), which Ansible files under C(ansible_facts) without the
+          prefix.
+      returned: state is observe with host_facts, not in check mode
+      type: str
+      sample: Debian
     gpuhost_converged_observed:
       description:
         - What of the observation still holds - C(id) (the observation's), C(playbook), C(trusted) (no role has taken
@@ -513,6 +530,13 @@ def facts_collector() -> t.Any:
     return _facts
 
 
+def host_facts_collector() -> t.Any:
+    """module_utils/_hostfacts.py (Ansible's platform, distribution and pkg_mgr collectors), imported on the host only by
+    an observation that returns them (O(host_facts)), as facts_collector()."""
+    from ansible_collections.gpuhost.nvidia.plugins.module_utils import _hostfacts
+    return _hostfacts
+
+
 def main() -> None:
     module = AnsibleModule(
         # A record's options (RECORD_SPEC, as O(records) takes them), with the module's own state and path.
@@ -524,6 +548,7 @@ def main() -> None:
             defer=dict(type="bool", default=False),
             gpu_facts=dict(type="bool", default=False),
             gpu_facts_root=dict(type="path", default="/"),
+            host_facts=dict(type="bool", default=False),
             records=dict(type="list", elements="dict", default=[], options=RECORD_SPEC, required_if=[("state", "record", ["inputs_digest"])]),
         ),
         required_if=[("state", "probe", ["inputs_digest"]), ("state", "record", ["inputs_digest"])],
@@ -550,10 +575,17 @@ def main() -> None:
         module.exit_json(changed=any_flushed, **done)
     path = os.path.abspath(params["path"])
     if params["state"] == "observe":
-        result = dict(done, changed=any_flushed, path=path, records=observe_all(module, path, params["package_manager"]))
+        # The platform, distribution and package manager facts the roles read, by Ansible's collectors (#21). Gathered
+        # first: on a play without gather_facts the action plugin could not pass the host's package manager, and the
+        # collected one is the same host's.
+        host = host_facts_collector().collect(module) if params["host_facts"] else {}
+        manager = host.get("ansible_pkg_mgr") if host.get("ansible_pkg_mgr") in _converged.PACKAGE_MANAGERS else params["package_manager"]
+        result = dict(done, changed=any_flushed, path=path, records=observe_all(module, path, manager))
         if facts_root is not None:
             # nvidia_gpu_facts' default backends and gather groups, as site.yml's facts play always gathered them.
-            result["ansible_facts"] = {"nvidia_gpu": facts_collector().gather_on_host(module, root=facts_root)}
+            host = dict(host, nvidia_gpu=facts_collector().gather_on_host(module, root=facts_root))
+        if host:
+            result["ansible_facts"] = host
         module.exit_json(**result)
 
     if params["state"] == "absent":

@@ -16,6 +16,8 @@ import inspect
 import pathlib
 import re
 
+import typing as t
+
 import pytest
 import yaml
 
@@ -23,6 +25,7 @@ from ansible.module_utils.facts import collector, default_collectors
 from ansible.modules import setup
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _hostfacts
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 TASK = "Ensure the facts used by the role are present"
@@ -46,6 +49,22 @@ def subset_facts(subset: list[str]) -> set[str]:
         all_collector_classes=default_collectors.collectors, minimal_gather_subset=setup_minimal_subset(), gather_subset=subset,
         platform_info={"system": "Linux"})
     return set().union(*({cls.name} | set(cls._fact_ids) for cls in classes))
+
+
+def exact_subset_facts(subset: t.Iterable[str]) -> set[str]:
+    """The facts of exactly these setup subsets, without setup's minimal subset (what _hostfacts collects)."""
+    return subset_facts(["!all", "!min"] + list(subset))
+
+
+def site_facts() -> set[str]:
+    """What site.yml's facts play gives the later plays: setup's subset when it gathers facts, else the host facts its
+    one call returns (host_facts, Ansible's collectors for _hostfacts.SUBSET), which every gathering task asks for."""
+    first = plays("site.yml")[0]
+    if first.get("gather_facts", True):
+        return subset_facts(first["gather_subset"])
+    gathers = [task for task in first["tasks"] if any(key.startswith("gpuhost.nvidia.") for key in task)]
+    assert gathers and all(task[next(key for key in task if key.startswith("gpuhost.nvidia."))].get("host_facts") is True for task in gathers)
+    return exact_subset_facts(_hostfacts.SUBSET)
 
 
 def plays(playbook: str) -> list[dict]:
@@ -83,12 +102,14 @@ def test_the_collectors_know_the_facts_of_each_subset() -> None:
 
 
 def test_site_gathers_every_fact_the_roles_and_the_summary_read() -> None:
-    first = plays("site.yml")[0]
-    assert first["gather_facts"] is True and first["gather_subset"] == ["min"]
+    # No setup call at all (#21): the facts play's one call returns the host facts.
+    assert plays("site.yml")[0]["gather_facts"] is False
     assert all(not play.get("gather_facts", True) for play in plays("site.yml")[1:])
     read = facts_read()
     assert {"distribution", "distribution_version", "os_family", "kernel"} <= read  # the summary template's
-    assert (read | READ_BY_ANSIBLE) - GATHERED_BY_THE_ROLE <= subset_facts(first["gather_subset"])
+    assert (read | READ_BY_ANSIBLE) - GATHERED_BY_THE_ROLE <= site_facts()
+    # and no more than those subsets: not the hardware, network or virtual facts
+    assert "processor" not in site_facts() and "default_ipv4" not in site_facts() and "lsb" not in site_facts()
 
 
 @pytest.mark.parametrize("playbook, roles_read", [
@@ -104,12 +125,12 @@ def test_the_other_playbooks_gather_what_their_roles_read(playbook: str, roles_r
 
 @pytest.mark.parametrize("role", ["gpu_settings", "nvidia_container_toolkit", "nvidia_driver"])
 def test_no_role_gathers_again_after_sites_subset(role: str) -> None:
-    assert not needs_setup(role, subset_facts(plays("site.yml")[0]["gather_subset"]))
+    assert not needs_setup(role, site_facts())
 
 
 @pytest.mark.parametrize("vendor, again", [("intel", False), ("amd", False), ("none", False), ("auto", True)])
 def test_vfio_passthrough_gathers_the_cpu_only_when_it_decides_the_vendor(vendor: str, again: bool) -> None:
-    site = subset_facts(plays("site.yml")[0]["gather_subset"])
+    site = site_facts()
     assert needs_setup("vfio_passthrough", site, vfio_passthrough_cpu_vendor=vendor) is again
     assert not needs_setup("vfio_passthrough", subset_facts(plays("vfio.yml")[0]["gather_subset"]), vfio_passthrough_cpu_vendor=vendor)
     # without its defaults (the required-facts test evaluates the bare condition): auto

@@ -15,6 +15,7 @@ import types
 import pytest
 import yaml
 
+from ansible import constants as C
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
 
@@ -66,7 +67,7 @@ def observe(args: dict, check_mode: bool) -> dict:
 @pytest.mark.parametrize("check_mode", [False, True], ids=["run", "check"])
 @pytest.mark.parametrize("fast_path", [None, True, False, "false"], ids=["fast-path-unset", "true", "false", "false-string"])
 def test_exactly_one_of_the_two_gathers(fast_path, check_mode, root):
-    tasks = facts_play()["tasks"]
+    tasks = [task for task in facts_play()["tasks"] if any(key.startswith("gpuhost.") for key in task)]
     # The observation first: the facts module's condition reads what it registered.
     assert [next(key for key in task if key.startswith("gpuhost.")) for task in tasks] == [OBSERVE, FACTS]
     observe_task, facts_task = tasks
@@ -88,9 +89,35 @@ def test_exactly_one_of_the_two_gathers(fast_path, check_mode, root):
     assert gathered_by == (["observation"] if runs_observation else ["nvidia_gpu_facts"])
 
     # The same root either way (omitted: each module's default, /), and nvidia_gpu_facts' defaults for the rest.
-    facts_args = templar.template({key: trust_as_template(value) for key, value in facts_task[FACTS].items()})
-    assert set(facts_args) <= {"root"} and set(observe_args) <= {"state", "gpu_facts", "gpu_facts_root"}
+    facts_args = templar.template({key: trust_as_template(value) if isinstance(value, str) else value
+                                   for key, value in facts_task[FACTS].items()})
+    assert set(facts_args) <= {"root", "host_facts"} and set(observe_args) <= {"state", "gpu_facts", "gpu_facts_root", "host_facts"}
+    # The play gathers no setup facts: whichever of the two runs returns the host facts too (test_facts_subset.py).
+    assert facts_args["host_facts"] is True and observe_args["host_facts"] is True
     want = root or "/"
     assert facts_args.get("root", default(nvidia_gpu_facts, "root")) == want
     if runs_observation:
         assert observed["ansible_facts"]["nvidia_gpu"] == {"root": want}
+
+
+@pytest.mark.parametrize("modules, gathers", [
+    (None, False),  # FACTS_MODULES' default, smart: setup, which the play replaces
+    (["smart"], False),
+    (["ansible.builtin.setup"], False),
+    (["ansible.builtin.setup", "gpuhost_test_kernel"], True),  # the ubuntu scenario's test kernel release
+    (["example.site.cmdb_facts"], True),
+])
+def test_fact_modules_the_inventory_names_besides_setup_still_run(modules, gathers):
+    """No setup call of its own, but a play that names other fact modules (ansible_facts_modules) gets them, after the
+    one call, as gather_facts would run them."""
+    task = next(task for task in facts_play()["tasks"] if "ansible.builtin.gather_facts" in task)
+    assert facts_play()["tasks"].index(task) == len(facts_play()["tasks"]) - 1
+    # The configuration's value (ANSIBLE_FACTS_MODULES, ansible.cfg) where no variable names them: the lookup is asked
+    # for Ansible's own setting, whose default is smart; the unit tier has no plugin loader, so its answer is put in.
+    config = "lookup('ansible.builtin.config', 'FACTS_MODULES')"
+    assert config in task["when"] and C.config.get_config_value("FACTS_MODULES") == ["smart"]
+    task = dict(task, when=task["when"].replace(config, "facts_modules_configured"))
+    variables = {"facts_modules_configured": C.config.get_config_value("FACTS_MODULES")}
+    templar = Templar(loader=DataLoader(), variables=variables if modules is None else dict(variables, ansible_facts_modules=modules))
+    assert when(templar, task) is gathers
+    assert task["ansible.builtin.gather_facts"] == {"gather_subset": ["min"]}
