@@ -148,9 +148,10 @@ options:
   host_facts:
     description:
       - O(state=observe) - also return, in the same call, the host facts of C(ansible.builtin.setup)'s V(platform),
-        V(distribution) and V(pkg_mgr) subsets, as setup returns them, gathered by Ansible's own fact collectors, as
-        O(gpuhost.nvidia.nvidia_gpu_facts#module:host_facts) does. C(playbooks/site.yml)'s facts play then needs no
-        C(gather_facts) call. Ignored by the other states; in check mode the action plugin does not observe.
+        V(distribution) and V(pkg_mgr) subsets, as setup returns them for those subsets, gathered by Ansible's own fact
+        collectors. C(playbooks/site.yml)'s facts play then needs no C(gather_facts) call. Ignored by the other states;
+        in check mode the action plugin does not observe (site.yml runs setup with those subsets instead).
+      - The observation then asks the package manager of those facts for the recorded packages.
     type: bool
     default: false
   defer:

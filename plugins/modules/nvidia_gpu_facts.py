@@ -70,15 +70,6 @@ options:
     type: path
     default: /
     aliases: [sysfs_root]
-  host_facts:
-    description:
-      - Also return, in the same call, the host facts of C(ansible.builtin.setup)'s V(platform), V(distribution) and
-        V(pkg_mgr) subsets (the architecture, kernel, distribution, its version and family, the package manager), as
-        setup returns them, gathered by Ansible's own fact collectors. So a play that reads only those needs no
-        C(gather_facts) call of its own (C(playbooks/site.yml)'s facts play).
-      - They always describe the managed host itself, whatever O(root) says.
-    type: bool
-    default: false
 seealso:
   - name: NVML API reference
     description: The NVIDIA Management Library that nvidia-ml-py wraps.
@@ -121,15 +112,6 @@ ansible_facts:
   returned: always
   type: dict
   contains:
-    distribution:
-      description:
-        - O(host_facts) - the host facts of setup's V(platform), V(distribution) and V(pkg_mgr) subsets, keyed as setup
-          returns them (C(ansible_distribution), C(ansible_os_family), C(ansible_pkg_mgr), C(ansible_architecture),
-          C(ansible_kernel) and the others of those subsets), which Ansible files under C(ansible_facts) without the
-          prefix.
-      returned: with host_facts
-      type: str
-      sample: Debian
     nvidia_gpu:
       description: The host's NVIDIA GPUs, driver and PCI functions.
       returned: always
@@ -709,20 +691,11 @@ ansible_facts:
           sample: []
 """
 
-import typing as t
-
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuhost.nvidia.plugins.module_utils import _facts, _files, _validate
 
 RULES: dict[str, _validate.Rule] = {"root": _validate.Path(directory=True)}
-
-
-def host_facts_collector() -> t.Any:
-    """module_utils/_hostfacts.py (Ansible's platform, distribution and pkg_mgr collectors), imported on the host only
-    by a call that asks for them (O(host_facts)); Ansible ships it in every call's payload either way."""
-    from ansible_collections.gpuhost.nvidia.plugins.module_utils import _hostfacts
-    return _hostfacts
 
 
 def main() -> None:
@@ -731,7 +704,6 @@ def main() -> None:
             backends=dict(type="list", elements="str", choices=list(_facts.BACKENDS), default=list(_facts.BACKENDS)),
             gather=dict(type="list", elements="str", choices=list(_facts.GATHER), default=[]),
             root=dict(type="path", default="/", aliases=["sysfs_root"]),
-            host_facts=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )
@@ -746,8 +718,7 @@ def main() -> None:
     if errors:
         module.fail_json(msg="; ".join(errors) + "; the GPU facts were not gathered", errors=errors, messages=errors)
     facts = _facts.gather_on_host(module, module.params["backends"], module.params["gather"], module.params["root"])
-    host = host_facts_collector().collect(module) if module.params["host_facts"] else {}
-    module.exit_json(changed=False, ansible_facts=dict(host, nvidia_gpu=facts))
+    module.exit_json(changed=False, ansible_facts={"nvidia_gpu": facts})
 
 
 if __name__ == "__main__":

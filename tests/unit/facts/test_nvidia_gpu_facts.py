@@ -395,7 +395,6 @@ def test_documented_topology_peer_keys(fake_nvml, host_tree, run_module):
 
 def test_argument_spec_matches_documentation():
     doc = yaml.safe_load(nvidia_gpu_facts.DOCUMENTATION)["options"]
-    assert set(doc) == {"backends", "gather", "root", "host_facts"}
-    assert doc["host_facts"]["default"] is False and doc["host_facts"]["type"] == "bool"
+    assert set(doc) == {"backends", "gather", "root"}
     assert doc["backends"]["default"] == ["nvml", "nvidia-smi", "pci"]
     assert doc["gather"]["choices"] == ["processes", "utilization", "topology", "health"] == list(_facts.GATHER)
