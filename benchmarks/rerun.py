@@ -9,7 +9,7 @@ One Debian 12 systemd test host (the ``localhost/gpuhost-debian12`` image of tes
 the way users connect: SSH with pipelining and ControlPersist. The site scenario's Debian variables
 (molecule/site/molecule.yml: forced driver, the toolkit from the local signed test repository) are used as inventory.
 
-    .venv/bin/python benchmarks/rerun.py [--runs 3] [--keep] [--profile 15] [--first-only] [--log FILE]
+    .venv/bin/python benchmarks/rerun.py [--runs 3] [--keep] [--profile 15] [--first-only] [--log FILE] [--reruns N]
 
 Steps: ``ping``, ``setup`` (median of N), ``nvidia_gpu_facts``, the first converge of site.yml, the second run (a full
 run that confirms the records the first wrote), the converged re-run (fast path), the re-run with
@@ -132,6 +132,7 @@ def main() -> None:
     parser.add_argument("--profile", type=int, default=0, metavar="N", help="list the N slowest tasks of the first converge")
     parser.add_argument("--first-only", action="store_true", help="only the first converge, then raw apt")
     parser.add_argument("--log", type=Path, metavar="FILE", help="write the first converge's whole output there")
+    parser.add_argument("--reruns", type=int, default=1, metavar="N", help="time N converged re-runs (the fast path)")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="gpuhost-rerun-"))
     bin_dir = Path(sys.executable).parent
@@ -153,10 +154,10 @@ def main() -> None:
         before = installed(NAME)
         new_packages: list[str] = []
         profile = ""
-        steps = [("first converge of site.yml", []), ("second run (full path, confirms the records)", []),
-                 ("converged re-run (fast path)", []),
-                 # Last: with the fast path off the roles remove their records (4 changed).
-                 ("re-run, gpuhost_fast_path=false (full path)", ["-e", "gpuhost_fast_path=false"])]
+        steps = [("first converge of site.yml", []), ("second run (full path, confirms the records)", [])]
+        steps += [("converged re-run (fast path)" + (" %d" % (number + 1) if args.reruns > 1 else ""), []) for number in range(args.reruns)]
+        # Last: with the fast path off the roles remove their records (4 changed).
+        steps += [("re-run, gpuhost_fast_path=false (full path)", ["-e", "gpuhost_fast_path=false"])]
         for label, extra in steps[:1] if args.first_only else steps:
             run_env = env
             if args.profile and not new_packages:
