@@ -579,14 +579,14 @@ def main() -> None:
         # The platform, distribution and package manager facts the roles read, by Ansible's collectors (#21). Gathered
         # first: on a play without gather_facts the action plugin could not pass the host's package manager, and the
         # collected one is the same host's.
-        host = host_facts_collector().collect(module) if params["host_facts"] else {}
-        manager = host.get("ansible_pkg_mgr") if host.get("ansible_pkg_mgr") in _converged.PACKAGE_MANAGERS else params["package_manager"]
+        facts = host_facts_collector().collect(module) if params["host_facts"] else {}
+        manager = facts.get("ansible_pkg_mgr") if facts.get("ansible_pkg_mgr") in _converged.PACKAGE_MANAGERS else params["package_manager"]
         result = dict(done, changed=any_flushed, path=path, records=observe_all(module, path, manager))
         if facts_root is not None:
             # nvidia_gpu_facts' default backends and gather groups, as site.yml's facts play always gathered them.
-            host = dict(host, nvidia_gpu=facts_collector().gather_on_host(module, root=facts_root))
-        if host:
-            result["ansible_facts"] = host
+            facts["nvidia_gpu"] = facts_collector().gather_on_host(module, root=facts_root)
+        if facts:
+            result["ansible_facts"] = facts
         module.exit_json(**result)
 
     if params["state"] == "absent":

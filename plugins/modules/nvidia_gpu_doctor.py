@@ -206,7 +206,7 @@ import typing as t
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _doctor, _facts, _files, _validate
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _doctor, _facts, _validate
 
 # Checked before anything is read from the host.
 RULES: dict[str, _validate.Rule] = {
@@ -245,13 +245,7 @@ def main() -> None:
         supports_check_mode=True,
     )
     params = module.params
-    errors = _validate.check(params, RULES)
-    if not errors:
-        try:
-            if not _files.check_directory(params["root"], "root"):
-                errors.append("root %r does not exist" % params["root"])
-        except _files.FileError as exc:
-            errors.append(str(exc))
+    errors = _validate.check(params, RULES) or _facts.root_errors(params["root"])
     if errors:
         module.fail_json(msg="; ".join(errors), errors=errors)
     unknown = sorted(set(params["skip"]) - set(_doctor.CHECK_IDS))

@@ -693,9 +693,7 @@ ansible_facts:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _facts, _files, _validate
-
-RULES: dict[str, _validate.Rule] = {"root": _validate.Path(directory=True)}
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _facts
 
 
 def main() -> None:
@@ -708,13 +706,7 @@ def main() -> None:
         supports_check_mode=True,
     )
     # The root is checked before anything is read under it: a root that is not a directory would report no_gpu.
-    errors = _validate.check(module.params, RULES)
-    if not errors:
-        try:
-            if not _files.check_directory(module.params["root"], "root"):
-                errors.append("root %r does not exist" % module.params["root"])
-        except _files.FileError as exc:
-            errors.append(str(exc))
+    errors = _facts.root_errors(module.params["root"])
     if errors:
         module.fail_json(msg="; ".join(errors) + "; the GPU facts were not gathered", errors=errors, messages=errors)
     facts = _facts.gather_on_host(module, module.params["backends"], module.params["gather"], module.params["root"])
