@@ -225,8 +225,9 @@ lists_updated:
   sample: true
 lists_pending:
   description:
-    - Check mode only - the real run would fetch the lists of O(apt_update) (the source or the key would change, or
-      the lists offer none of O(apt_versions)), so the versions the repository offers cannot be told yet.
+    - Check mode only - the real run would fetch the lists of O(apt_update) for a source that is new or changes, or
+      whose lists offer none of O(apt_versions), so the versions the repository offers cannot be told yet. A key that
+      changes alone leaves the lists as they are asked now.
   returned: always
   type: bool
   sample: false
@@ -338,14 +339,17 @@ def run_apt(module: AnsibleModule, argv: list[str], what: str) -> str:
     return out
 
 
-def apt_lists(module: AnsibleModule, result: dict[str, t.Any], source_changed: bool) -> None:
-    """Fetch O(apt_update)'s lists when its source or key changed, and ask them for O(apt_versions) (into ``result``)."""
+def apt_lists(module: AnsibleModule, result: dict[str, t.Any], source_changed: bool, key_changed: bool) -> None:
+    """Fetch O(apt_update)'s lists when its source or key changed, and ask them for O(apt_versions) (into ``result``).
+
+    Check mode fetches nothing: a new or changed source's lists are pending (what they will offer cannot be told), while
+    a changed key alone leaves the lists as they are asked now."""
     source, names = module.params["apt_update"], module.params["apt_versions"]
     update_what = "fetching the package lists of %s" % source
-    if source_changed:
-        if module.check_mode:
-            result["lists_pending"] = True
-            return
+    if source_changed and module.check_mode:
+        result["lists_pending"] = True
+        return
+    if (source_changed or key_changed) and not module.check_mode:
         run_apt(module, _apt.lists_update_argv(source), update_what)
         result.update(lists_updated=True, changed=True)
     if not names:
@@ -454,7 +458,7 @@ def main() -> None:
     # The lists of the source, now that its file and key are written, and the versions they offer.
     if params["apt_update"]:
         source = os.path.abspath(params["apt_update"])
-        apt_lists(module, result, changed or any(item["changed"] for item in result["files"] if item["path"] == source))
+        apt_lists(module, result, any(item["changed"] for item in result["files"] if item["path"] == source), changed)
     module.exit_json(**result)
 
 

@@ -157,3 +157,18 @@ def test_madison_parse_keeps_order_and_each_version_once():
     text = MADISON + " other | 2.0 | file:/x ./ Packages\nnot a madison line\n"
     assert _apt.parse_madison(text, ["nvidia-container-toolkit", "missing"]) == {
         "nvidia-container-toolkit": ["1.18.0-1", "1.17.8-1"], "missing": []}
+
+
+def test_a_key_written_again_fetches_the_lists_check_mode_asks_the_current_ones(run_module, tmp_path, keys, mirror, apt):
+    """The source unchanged, the keyring written again (gone here; a renewed key alike): the real run fetches the lists
+    again, to check them against the key; check mode leaves them as they are and asks them, so it predicts the pick."""
+    run_module(repository_key, options(tmp_path, keys))
+    (tmp_path / "etc" / "keyrings" / "test.gpg").unlink()
+    apt.calls.clear()
+    predicted = run_module(repository_key, options(tmp_path, keys), check_mode=True)
+    assert apt.calls == [MADISON_CALL]
+    assert (predicted["changed"], predicted["key_changed"], predicted["lists_pending"]) == (True, True, False)
+    assert predicted["versions"]["nvidia-container-toolkit"] == ["1.18.0-1", "1.17.8-1"]
+    apt.calls.clear()
+    written = run_module(repository_key, options(tmp_path, keys))
+    assert [call[0] for call in apt.calls] == ["update", "madison"] and written["lists_updated"] and written["key_changed"]
