@@ -16,8 +16,11 @@ import typing as t
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _driver
 from ansible_collections.gpuhost.nvidia.plugins.plugin_utils._filter_args import gpu_facts, mapping
+from ansible_collections.gpuhost.nvidia.plugins.plugin_utils._lazy import module_utils
+
+# Imported when a filter of this file first runs, not when Ansible loads the file (plugin_utils/_lazy.py).
+_driver = module_utils("_driver")
 
 
 def nvidia_driver_plan(request: t.Any, facts: t.Any = None, host: t.Any = None, capabilities: t.Any = None) -> dict[str, t.Any]:

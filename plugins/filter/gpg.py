@@ -15,7 +15,10 @@ from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _gpg
+from ansible_collections.gpuhost.nvidia.plugins.plugin_utils._lazy import module_utils
+
+# Imported when a filter of this file first runs, not when Ansible loads the file (plugin_utils/_lazy.py).
+_gpg = module_utils("_gpg")
 
 
 def gpg_primary_fingerprints(colons: t.Any) -> list[str]:

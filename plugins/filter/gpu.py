@@ -11,7 +11,11 @@ from collections.abc import Mapping, Sequence
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _catalog, _driver
+from ansible_collections.gpuhost.nvidia.plugins.plugin_utils._lazy import module_utils
+
+# Imported when a filter of this file first runs, not when Ansible loads the file (plugin_utils/_lazy.py).
+_catalog = module_utils("_catalog")
+_driver = module_utils("_driver")
 
 PREFER = ("lowest_utilization", "lowest_index", "most_memory")
 

@@ -12,7 +12,10 @@ from __future__ import annotations
 import typing as t
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _report
+from ansible_collections.gpuhost.nvidia.plugins.plugin_utils._lazy import module_utils
+
+# Imported when a filter of this file first runs, not when Ansible loads the file (plugin_utils/_lazy.py).
+_report = module_utils("_report")
 
 _FORMATS = ("data", "json", "csv", "html")
 

@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import typing as t
 
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _toolkit
 from ansible_collections.gpuhost.nvidia.plugins.plugin_utils._filter_args import gpu_facts, mapping
+from ansible_collections.gpuhost.nvidia.plugins.plugin_utils._lazy import module_utils
+
+# Imported when a filter of this file first runs, not when Ansible loads the file (plugin_utils/_lazy.py).
+_toolkit = module_utils("_toolkit")
 
 
 def nvidia_container_toolkit_errors(request: t.Any) -> list[str]:
