@@ -345,24 +345,29 @@ def apt_lists(module: AnsibleModule, result: dict[str, t.Any], source_changed: b
     Check mode fetches nothing: a new or changed source's lists are pending (what they will offer cannot be told), while
     a changed key alone leaves the lists as they are asked now."""
     source, names = module.params["apt_update"], module.params["apt_versions"]
-    update_what = "fetching the package lists of %s" % source
+
+    def fetch() -> None:
+        run_apt(module, _apt.lists_update_argv(source), "fetching the package lists of %s" % source)
+        result.update(lists_updated=True, changed=True)
+
+    def ask() -> dict[str, list[str]]:
+        return _apt.parse_madison(run_apt(module, _apt.madison_argv(names), "asking apt for the versions of %s" % ", ".join(names)), names)
+
     if source_changed and module.check_mode:
         result["lists_pending"] = True
         return
     if (source_changed or key_changed) and not module.check_mode:
-        run_apt(module, _apt.lists_update_argv(source), update_what)
-        result.update(lists_updated=True, changed=True)
+        fetch()
     if not names:
         return
-    versions = _apt.parse_madison(run_apt(module, _apt.madison_argv(names), "asking apt for the versions of %s" % ", ".join(names)), names)
+    versions = ask()
     if not any(versions.values()) and not result["lists_updated"]:
         # The lists of an unchanged source offer none of the packages: an earlier run stopped before fetching them.
         if module.check_mode:
             result["lists_pending"] = True
             return
-        run_apt(module, _apt.lists_update_argv(source), update_what)
-        result.update(lists_updated=True, changed=True)
-        versions = _apt.parse_madison(run_apt(module, _apt.madison_argv(names), "asking apt for the versions of %s" % ", ".join(names)), names)
+        fetch()
+        versions = ask()
     result["versions"] = versions
 
 
