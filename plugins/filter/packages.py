@@ -24,7 +24,14 @@ _VERSIONED = re.compile(r"^([^=<>\s]+)=")
 # What may reach a package manager's command line from a plan: a Debian/RPM/Arch package name, optionally with apt's or
 # pacman's =version (a glob allowed).
 _ENTRY = re.compile(r"[a-z0-9][a-z0-9+._-]{0,127}(=[0-9A-Za-z.+~:*-]{1,64})?\Z")
-_REQUEST_KEYS = {"role", "userland", "packages", "pending", "first_install"}
+_REQUEST_KEYS = {"role", "userland", "packages", "pending", "first_install", "files", "absent"}
+# A request's apt preferences files (its hold, written by the driver's pin call before the transaction): a file apt reads
+# from preferences.d (letters, digits, _ - . and the .pref extension), and only the lines apt_preferences(5) knows - a
+# comment, a blank line between entries, and the four fields with values of their kind (exact package names, never globs).
+_PREF_PATH = re.compile(r"/etc/apt/preferences\.d/[A-Za-z0-9][A-Za-z0-9_.-]{0,120}\.pref\Z")
+_PREF_LINE = re.compile(
+    r"(|#[^\x00-\x1f\x7f]{0,500}|Explanation: [^\x00-\x1f\x7f]{1,500}|Package: [a-z0-9][a-z0-9+._-]{0,127}( [a-z0-9][a-z0-9+._-]{0,127}){0,63}"
+    r"|Pin: version [0-9A-Za-z.+~:*-]{1,64}|Pin-Priority: -?[0-9]{1,4})\Z")
 
 
 def _entries(value: t.Any, what: str) -> list[str]:
@@ -80,13 +87,39 @@ def _plan_names(request: dict[str, t.Any], key: str, where: str) -> list[str]:
     return list(value)
 
 
-def package_plan(plan: t.Any, userland: t.Any = None, installed: t.Any = None) -> dict[str, list[str]]:
+def _plan_files(request: dict[str, t.Any], where: str) -> tuple[list[dict[str, str]], list[str]]:
+    """A request's apt preferences files to write (path, content) and to remove (paths), checked."""
+    files, absent = request.get("files") or [], request.get("absent") or []
+    if not isinstance(files, (list, tuple)) or not isinstance(absent, (list, tuple)):
+        raise AnsibleFilterError(f"{where}: files and absent must be lists, got {files!r} and {absent!r}")
+    bad_paths = [item.get("path") if isinstance(item, dict) else item for item in files] + list(absent)
+    bad_paths = [path for path in bad_paths if not isinstance(path, str) or not _PREF_PATH.match(path)]
+    for number, item in enumerate(files):
+        if not isinstance(item, dict) or set(item) != {"path", "content"} or not all(isinstance(v, str) for v in item.values()):
+            raise AnsibleFilterError(f"{where}.files[{number}]: expected a mapping of path and content (strings), got {item!r}")
+    if bad_paths:
+        raise AnsibleFilterError(f"{where}: not apt preferences files (/etc/apt/preferences.d/NAME.pref, NAME of letters, "
+                                 f"digits, _ - .): {', '.join(map(repr, bad_paths))}")
+    for number, item in enumerate(files):
+        bad = [line for line in item["content"].split("\n")[:-1] if not _PREF_LINE.match(line)]
+        if not item["content"].endswith("\n") or bad:
+            raise AnsibleFilterError(
+                f"{where}.files[{number}] ({item['path']}): not an apt preferences file of exact package names: "
+                + (", ".join(map(repr, bad)) if bad else "no newline at its end")
+                + ". Only comments, blank lines and Explanation, Package (names), Pin (version) and Pin-Priority lines are written.")
+    return [dict(item, owner="root", group="root", mode="0644") for item in files], list(absent)
+
+
+def package_plan(plan: t.Any, userland: t.Any = None, installed: t.Any = None) -> dict[str, list[t.Any]]:
     """What the driver's transaction takes from gpuhost_package_plan: checked, then split into install and predicted.
 
     Each request is a mapping: ``role`` (who asks), ``packages`` (entries), ``userland`` (also the driver's userland
     entries, ``userland``), ``pending`` (check mode: the entries' repository exists only in the prediction, so they are
     reported, not given to the package manager) and ``first_install`` (names: the request is left to its role when one
-    of them is ``installed`` already, so that a version move stays with the role that holds the version).
+    of them is ``installed`` already, so that a version move stays with the role that holds the version), and ``files``
+    and ``absent`` (apt preferences files to write, path and content, and to remove: the request's hold, written by the
+    driver's pin call before the transaction when the request is taken; returned as ``files``, root:root 0644, and
+    ``absent``).
     """
     if plan is None:
         plan = []
@@ -94,16 +127,17 @@ def package_plan(plan: t.Any, userland: t.Any = None, installed: t.Any = None) -
         raise AnsibleFilterError(f"gpuhost_package_plan: expected a list of requests, got {plan!r}")
     userland_entries = _entries(userland, "package_plan userland")
     present = set(_entries(installed, "package_plan installed"))
-    result: dict[str, list[str]] = {"install": [], "predicted": [], "roles": []}
+    result: dict[str, list[t.Any]] = {"install": [], "predicted": [], "roles": [], "files": [], "absent": []}
     for index, request in enumerate(plan):
         where = f"gpuhost_package_plan[{index}]"
         if not isinstance(request, dict):
-            raise AnsibleFilterError(f"{where}: expected a mapping (role, packages, userland, pending, first_install), got {request!r}")
+            raise AnsibleFilterError(f"{where}: expected a mapping (role, packages, userland, pending, first_install, files, absent), got {request!r}")
         unknown = sorted(set(map(str, request)) - _REQUEST_KEYS)
         if unknown:
             raise AnsibleFilterError(f"{where}: unknown keys {', '.join(unknown)} (known: {', '.join(sorted(_REQUEST_KEYS))})")
         entries = _plan_names(request, "packages", where)
         first_install = _plan_names(request, "first_install", where)
+        files, absent = _plan_files(request, where)
         if any(name in present for name in first_install):
             continue
         if request.get("userland"):
@@ -113,6 +147,8 @@ def package_plan(plan: t.Any, userland: t.Any = None, installed: t.Any = None) -
             if entry not in result["install"] and entry not in result["predicted"]:
                 target.append(entry)
         result["roles"].append(str(request.get("role") or where))
+        result["files"].extend(files)
+        result["absent"].extend(absent)
     return result
 
 

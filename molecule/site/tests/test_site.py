@@ -203,6 +203,20 @@ def test_toolkit_installed_and_runtime_merged(host, family):
     assert not host.file(other).exists  # one location only
 
 
+def test_toolkit_held_at_its_version_by_the_drivers_pin_call(host, family):
+    """apt hosts: the toolkit's hold, which site.yml hands to the driver's pin call with its request (#21), is written,
+    with exact names, and apt's policy follows it."""
+    if host.system_info.distribution not in ("debian", "ubuntu"):
+        pytest.skip("an apt preferences hold")
+    pin = host.file("/etc/apt/preferences.d/gpuhost-nvidia-container-toolkit.pref")
+    assert pin.user == "root" and pin.group == "root" and pin.mode == 0o644
+    assert f"Pin: version {TOOLKIT_VERSION[family]}-*" in pin.content_string and "*" not in pin.content_string.split("Package:")[1].split("\n")[0]
+    policy = host.check_output("apt-cache policy nvidia-container-toolkit")
+    # The version table: the held version carries the pin's priority (apt_preferences(5)), the others the source's.
+    held = [line.split() for line in policy.splitlines() if line.strip().lstrip("* ").startswith(TOOLKIT_VERSION[family] + "-")]
+    assert held and all(fields[-1] == "1001" for fields in held), policy
+
+
 def test_summary_lines_are_one_line_each(summary):
     """No report line wraps into a line of its own (a folded YAML scalar can leave a line break in the text)."""
     body = [line for line in summary[2:] if line.strip()]

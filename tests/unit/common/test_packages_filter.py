@@ -74,8 +74,54 @@ def test_the_plan_takes_each_request_in_order_with_the_userland_for_those_that_a
     taken = packages.package_plan(plan, ["nvidia-persistenced=580.*", "nvidia-smi=580.*"], ["nvidia-driver"])
     assert taken == {"install": ["nvidia-container-toolkit=1.17.8-1", "python3-yaml", "nvidia-persistenced=580.*", "nvidia-smi=580.*",
                                  "python3-pynvml"],
-                     "predicted": [], "roles": ["gpuhost.nvidia.nvidia_container_toolkit", "gpuhost.nvidia.gpu_settings"]}
-    assert packages.package_plan(None) == packages.package_plan([]) == {"install": [], "predicted": [], "roles": []}
+                     "predicted": [], "roles": ["gpuhost.nvidia.nvidia_container_toolkit", "gpuhost.nvidia.gpu_settings"],
+                     "files": [], "absent": []}
+    assert packages.package_plan(None) == packages.package_plan([]) == {"install": [], "predicted": [], "roles": [], "files": [], "absent": []}
+
+
+HOLD = {"path": "/etc/apt/preferences.d/gpuhost-nvidia-container-toolkit.pref",
+        "content": "# Ansible managed (gpuhost.nvidia.nvidia_container_toolkit)\nExplanation: hold the NVIDIA Container Toolkit at 1.17.8\n"
+                   "Package: nvidia-container-toolkit nvidia-container-toolkit-base libnvidia-container-tools libnvidia-container1\n"
+                   "Pin: version 1.17.8-*\nPin-Priority: 1001\n"}
+
+
+def test_the_files_of_a_taken_request_are_returned_for_the_pin_call_root_owned():
+    plan = [{"role": "t", "packages": ["nvidia-container-toolkit=1.17.8-1"], "first_install": ["nvidia-container-toolkit"],
+             "files": [HOLD], "absent": []},
+            {"role": "u", "packages": ["other"], "absent": ["/etc/apt/preferences.d/gpuhost-u.pref"]}]
+    taken = packages.package_plan(plan, [], [])
+    assert taken["files"] == [dict(HOLD, owner="root", group="root", mode="0644")]
+    assert taken["absent"] == ["/etc/apt/preferences.d/gpuhost-u.pref"]
+    # Left to its role (a first_install name is installed): its files are not written by the driver either.
+    assert packages.package_plan(plan, [], ["nvidia-container-toolkit"])["files"] == []
+
+
+HOSTILE_FILES = [
+    ({"path": "/etc/apt/sources.list.d/evil.list", "content": "deb http://x/ y z\n"}, r"not apt preferences files .*sources\.list\.d"),
+    ({"path": "/etc/apt/preferences.d/../apt.conf.d/99x.pref", "content": HOLD["content"]}, r"not apt preferences files"),
+    ({"path": "/etc/apt/preferences.d/gpuhost x.pref", "content": HOLD["content"]}, r"not apt preferences files"),
+    ({"path": "/etc/apt/preferences.d/gpuhost.conf", "content": HOLD["content"]}, r"not apt preferences files"),
+    (dict(HOLD, content=HOLD["content"].replace("Pin: version 1.17.8-*", "Pin: release o=evil")), r"'Pin: release o=evil'"),
+    (dict(HOLD, content=HOLD["content"].replace("Package: nvidia-container-toolkit", "Package: nvidia-*")), r"not an apt preferences file of exact package names"),
+    (dict(HOLD, content=HOLD["content"].replace("Package: nvidia-container-toolkit", "Package: /nvidia/")), r"exact package names"),
+    (dict(HOLD, content=HOLD["content"] + "APT::Get::AllowUnauthenticated true;\n"), r"'APT::Get::AllowUnauthenticated true;'"),
+    (dict(HOLD, content=HOLD["content"].replace("Pin-Priority: 1001", "Pin-Priority: 1001\r")), r"Pin-Priority"),
+    (dict(HOLD, content=HOLD["content"].rstrip("\n")), r"no newline at its end"),
+    (dict(HOLD, mode="0777"), r"expected a mapping of path and content"),
+    ("/etc/apt/preferences.d/x.pref", r"expected a mapping of path and content"),
+]
+
+
+@pytest.mark.parametrize("item, message", HOSTILE_FILES)
+def test_a_request_file_that_is_not_an_apt_preferences_file_is_refused(item, message):
+    with pytest.raises(AnsibleFilterError, match=r"gpuhost_package_plan\[0\].*" + message):
+        packages.package_plan([{"role": "t", "packages": [], "files": [item]}], [], [])
+
+
+@pytest.mark.parametrize("absent", [["/etc/apt/apt.conf.d/70debconf"], ["/etc/apt/preferences.d/../../shadow.pref"], "x.pref"])
+def test_a_request_removing_anything_but_a_preferences_file_is_refused(absent):
+    with pytest.raises(AnsibleFilterError, match=r"gpuhost_package_plan\[0\]"):
+        packages.package_plan([{"role": "t", "packages": [], "absent": absent}], [], [])
 
 
 def test_a_request_whose_first_install_is_installed_is_left_to_its_role():

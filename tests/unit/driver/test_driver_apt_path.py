@@ -132,7 +132,7 @@ def _transaction(plan_request=None, package_plan=None, moves=False, installed=()
     })
     # vars/main.yml's __nvidia_driver_plan_taken, as the collection's filter answers it (this templar does not load
     # collection filters; test_the_plan_goes_through_the_filter checks the expression).
-    taken = {"install": [], "predicted": [], "roles": []}
+    taken = {"install": [], "predicted": [], "roles": [], "files": [], "absent": []}
     if package_plan is not None and not plan["version"] and not moves:
         taken = packages.package_plan(package_plan, userland, list(installed))
     host.variables["__nvidia_driver_plan_taken"] = taken

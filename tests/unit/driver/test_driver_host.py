@@ -347,12 +347,15 @@ def test_apt_writes_the_modprobe_files_in_the_pins_call_and_keeps_what_changed_b
         tasks = yaml.safe_load(handle)
     names = [t["name"] for t in tasks]
     pin = tasks[names.index("Pin the driver branch or version with apt preferences, or remove the pin")]
-    assert pin["vars"]["internal_repository_pin_files"] == "{{ __nvidia_driver_modprobe_files }}"
+    # The modprobe.d files, and the holds of the roles whose requests the transaction takes (gpuhost_package_plan).
+    assert pin["vars"]["internal_repository_pin_files"] == "{{ __nvidia_driver_modprobe_files + __nvidia_driver_plan_taken.files }}"
+    assert pin["vars"]["internal_repository_pin_absent"] == "{{ __nvidia_driver_plan_taken.absent }}"
     assert names.index(pin["name"]) < names.index("Install the driver packages, or regenerate the initramfs for the new module configuration when that fails")
     with open(os.path.join(ROLE, "..", "internal_repository", "tasks", "apt_pin.yml"), encoding="utf-8") as handle:
         (applied,) = yaml.safe_load(handle)
     assert applied["register"] == "internal_repository_pin_applied"
     assert "+ internal_repository_pin_files | default([], true)" in applied["gpuhost.nvidia.gpuhost_apply"]["files"]
+    assert "+ internal_repository_pin_absent | default([], true)" in applied["gpuhost.nvidia.gpuhost_apply"]["absent"]
     # Kept by the set_fact right after the install (Fabric Manager's hold, the same apt_pin.yml, registers over it).
     tasks = _driver_tasks()
     names = [t["name"] for t in tasks]
