@@ -16,6 +16,7 @@ import os
 
 import pytest
 import yaml
+from ansible.template import trust_as_template
 from ansible_collections.gpuhost.nvidia.plugins.filter import packages
 from test_driver_vars import ROLE, Host
 
@@ -39,6 +40,9 @@ def _host(kernel="6.18.44-fc-v657", packages=(), offered=None, headers_now=False
         "__nvidia_driver_host_probe": {"packages": {name: [{"version": "1"}] for name in packages},
                                        "headers_present": not headers_now, "headers_offered": True},
         "nvidia_driver_repo_pending": False,
+        # install_apt.yml's move task reads the answer once into this fact (#21), for every task after it.
+        "__nvidia_driver_offered_answer": trust_as_template("{{ __nvidia_driver_offered_rows_now }}"),
+        "__nvidia_driver_pkg_mgr": "apt",
     })
     return host
 
@@ -249,10 +253,34 @@ def test_the_apt_path_asks_itself_unless_the_host_read_answered_every_name(case)
 
 
 def test_the_move_and_check_modes_unwritten_pin_are_decided_in_one_task():
-    """#21: one set_fact (one task result) for the move and __nvidia_driver_hold_pending, from the same move."""
-    task = next(t for t in _tasks() if t["name"] == "Decide whether the installed driver moves")
+    """#21: one set_fact (one task result) for the move, __nvidia_driver_hold_pending from the same move, and the
+    repositories' answer read once, before every task that reads it."""
+    tasks = _tasks()
+    task = next(t for t in tasks if t["name"] == "Decide whether the installed driver moves")
     facts = task["ansible.builtin.set_fact"]
-    assert facts == {"__nvidia_driver_move": "{{ __nvidia_driver_move_now }}",
+    assert facts == {"__nvidia_driver_offered_answer": "{{ __nvidia_driver_offered_rows_now }}",
+                     "__nvidia_driver_move": "{{ __nvidia_driver_move_now }}",
                      "__nvidia_driver_hold_pending": "{{ ansible_check_mode and __nvidia_driver_move_now.moves }}"}
-    assert "gpuhost.nvidia.nvidia_driver_move(__nvidia_driver_installed_version, __nvidia_driver_offered_versions)" in task["vars"]["__nvidia_driver_move_now"]
-    assert not [t for t in _tasks() if "__nvidia_driver_hold_pending" in t.get("ansible.builtin.set_fact", {}) and t["name"] != task["name"]]
+    move_now = " ".join(task["vars"]["__nvidia_driver_move_now"].split())
+    assert ("gpuhost.nvidia.nvidia_driver_move(__nvidia_driver_installed_version, __nvidia_driver_offered_rows_now "
+            "| selectattr('0', 'eq', __nvidia_driver_candidate_package) | map(attribute='1') | list)") in move_now
+    assert not [t for t in tasks if "__nvidia_driver_hold_pending" in t.get("ansible.builtin.set_fact", {}) and t["name"] != task["name"]]
+    # Only the question comes before it; every reader of the answer (the offered versions and names, the headers, the
+    # pinning package) comes after it.
+    readers = ("__nvidia_driver_offered_", "__nvidia_driver_apt_headers", "__nvidia_driver_use_pinning_package", "__nvidia_driver_move")
+    before = tasks[:tasks.index(task)]
+    assert [t["name"] for t in before] == ["Ask the repositories about the driver, its pinning package and the headers that follow kernel updates"]
+    assert not any(reader in yaml.safe_dump(t) for t in before for reader in readers if reader != "__nvidia_driver_offered_")
+    assert "__nvidia_driver_offered_rows" not in yaml.safe_dump(before)
+    # The rows after it are the fact, on apt only (no other package manager reads them).
+    with open(os.path.join(ROLE, "vars", "main.yml"), encoding="utf-8") as handle:
+        variables = yaml.safe_load(handle)
+    assert variables["__nvidia_driver_offered_rows"] == "{{ __nvidia_driver_offered_answer if __nvidia_driver_pkg_mgr == 'apt' else [] }}"
+
+
+def test_the_answer_a_task_read_is_the_one_later_tasks_see():
+    """The fact holds the rows as the move task read them: the registered answer is not parsed again."""
+    host = _host(packages=["linux-image-cloud-amd64"])
+    host.variables["__nvidia_driver_offered_answer"] = [["nvidia-open-kernel-dkms", "535.247.01-1~deb12u1", "x"]]
+    assert host["__nvidia_driver_offered_versions"] == ["535.247.01-1~deb12u1"]
+    assert host["__nvidia_driver_offered_names"] == ["nvidia-open-kernel-dkms"]
