@@ -314,16 +314,21 @@ def test_one_modprobe_write_tells_which_file_changed(changed, blacklist, passthr
         host.variables["__nvidia_driver_modprobe"] = {"changed": bool(changed), "changed_files": changed}
     assert (host["__nvidia_driver_blacklist_changed"], host["__nvidia_driver_passthrough_changed"]) == (blacklist, passthrough)
     assert host["__nvidia_driver_modprobe_changed"] == (changed or [])
-    # dnf and pacman write them in a call of their own at the end of their install files; apt with the pin (install_apt.yml).
+    # dnf and pacman write them in a call of their own at the end of their install files (one task, modprobe.yml,
+    # imported by both); apt with the pin (install_apt.yml).
+    with open(os.path.join(ROLE, "tasks", "modprobe.yml"), encoding="utf-8") as handle:
+        (write,) = yaml.safe_load(handle)
+    assert write["register"] == "__nvidia_driver_modprobe"
+    assert write["gpuhost.nvidia.gpuhost_apply"] == {"files": "{{ __nvidia_driver_modprobe_files }}"}
+    assert write["when"] == "__nvidia_driver_modprobe_files | length > 0"
     for name, calls in (("install_dnf.yml", 1), ("install_pacman.yml", 1), ("install_apt.yml", 0), ("driver.yml", 0)):
         with open(os.path.join(ROLE, "tasks", name), encoding="utf-8") as handle:
             tasks = yaml.safe_load(handle)
-        writes = [t for t in tasks if t.get("register") == "__nvidia_driver_modprobe"]
-        assert len(writes) == calls, name
-        for task in writes:
+        assert not [t for t in tasks if t.get("register") == "__nvidia_driver_modprobe"], name
+        imports = [t for t in tasks if t.get("ansible.builtin.import_tasks") == "modprobe.yml"]
+        assert len(imports) == calls, name
+        for task in imports:
             assert task is tasks[-1], name
-            assert task["gpuhost.nvidia.gpuhost_apply"] == {"files": "{{ __nvidia_driver_modprobe_files }}"}
-            assert task["when"] == "__nvidia_driver_modprobe_files | length > 0"
 
 
 def test_the_initramfs_is_regenerated_exactly_when_a_modprobe_file_changed():
