@@ -92,11 +92,10 @@ def _plan_files(request: dict[str, t.Any], where: str) -> tuple[list[dict[str, s
     files, absent = request.get("files") or [], request.get("absent") or []
     if not isinstance(files, (list, tuple)) or not isinstance(absent, (list, tuple)):
         raise AnsibleFilterError(f"{where}: files and absent must be lists, got {files!r} and {absent!r}")
-    bad_paths = [item.get("path") if isinstance(item, dict) else item for item in files] + list(absent)
-    bad_paths = [path for path in bad_paths if not isinstance(path, str) or not _PREF_PATH.match(path)]
     for number, item in enumerate(files):
         if not isinstance(item, dict) or set(item) != {"path", "content"} or not all(isinstance(v, str) for v in item.values()):
             raise AnsibleFilterError(f"{where}.files[{number}]: expected a mapping of path and content (strings), got {item!r}")
+    bad_paths = [path for path in [item["path"] for item in files] + list(absent) if not isinstance(path, str) or not _PREF_PATH.match(path)]
     if bad_paths:
         raise AnsibleFilterError(f"{where}: not apt preferences files (/etc/apt/preferences.d/NAME.pref, NAME of letters, "
                                  f"digits, _ - .): {', '.join(map(repr, bad_paths))}")
