@@ -258,12 +258,13 @@ def test_the_move_and_check_modes_unwritten_pin_are_decided_in_one_task():
     tasks = _tasks()
     task = next(t for t in tasks if t["name"] == "Decide whether the installed driver moves")
     facts = task["ansible.builtin.set_fact"]
-    assert facts == {"__nvidia_driver_offered_answer": "{{ __nvidia_driver_offered_rows_now }}",
+    assert facts == {"__nvidia_driver_offered_answer": "{{ __nvidia_driver_offered_rows }}",
                      "__nvidia_driver_move": "{{ __nvidia_driver_move_now }}",
                      "__nvidia_driver_hold_pending": "{{ ansible_check_mode and __nvidia_driver_move_now.moves }}"}
-    move_now = " ".join(task["vars"]["__nvidia_driver_move_now"].split())
-    assert ("gpuhost.nvidia.nvidia_driver_move(__nvidia_driver_installed_version, __nvidia_driver_offered_rows_now "
-            "| selectattr('0', 'eq', __nvidia_driver_candidate_package) | map(attribute='1') | list)") in move_now
+    # In the task, the rows are the answer itself (the task variable hides the role variable, which is the fact).
+    assert task["vars"]["__nvidia_driver_offered_rows"] == "{{ __nvidia_driver_offered_rows_now }}"
+    assert ("gpuhost.nvidia.nvidia_driver_move(__nvidia_driver_installed_version, __nvidia_driver_offered_versions)"
+            in task["vars"]["__nvidia_driver_move_now"])
     assert not [t for t in tasks if "__nvidia_driver_hold_pending" in t.get("ansible.builtin.set_fact", {}) and t["name"] != task["name"]]
     # Only the question comes before it; every reader of the answer (the offered versions and names, the headers, the
     # pinning package) comes after it.
@@ -276,6 +277,20 @@ def test_the_move_and_check_modes_unwritten_pin_are_decided_in_one_task():
     with open(os.path.join(ROLE, "vars", "main.yml"), encoding="utf-8") as handle:
         variables = yaml.safe_load(handle)
     assert variables["__nvidia_driver_offered_rows"] == "{{ __nvidia_driver_offered_answer if __nvidia_driver_pkg_mgr == 'apt' else [] }}"
+
+
+def test_in_the_move_task_the_versions_come_from_the_answer_itself():
+    """The move task's own variables, over the role's: no fact yet (a first run of the role), and the versions and the
+    fact's value are read from the registered answer."""
+    task = next(t for t in _tasks() if t["name"] == "Decide whether the installed driver moves")
+    host = _host(packages=["linux-image-cloud-amd64"])
+    del host.variables["__nvidia_driver_offered_answer"]
+    host.variables["__nvidia_driver_offered_rows"] = trust_as_template(task["vars"]["__nvidia_driver_offered_rows"])
+    assert host["__nvidia_driver_offered_versions"] == ["535.261.03-1~deb12u1", "535.247.01-1~deb12u1"]
+    # The fact's value ({{ __nvidia_driver_offered_rows }} in the task): the answer's rows of the names asked.
+    assert [row[:2] for row in host["__nvidia_driver_offered_rows"]] == [
+        ["nvidia-open-kernel-dkms", "535.261.03-1~deb12u1"], ["nvidia-open-kernel-dkms", "535.247.01-1~deb12u1"],
+        ["nvidia-graphics-drivers", "535.261.03-1~deb12u1"], ["linux-headers-cloud-amd64", "6.1.192-2"]]
 
 
 def test_the_answer_a_task_read_is_the_one_later_tasks_see():
