@@ -262,7 +262,11 @@ def test_the_preflight_reads_the_host_in_one_task_that_changes_nothing():
     assert [t["name"] for t in remote] == ["Read what the role plans from on this host"]
     probe = remote[0]
     assert probe["check_mode"] is False and "gpuhost.nvidia.nvidia_driver_host" in probe
-    decide = next(t for t in tasks if t["name"] == "Decide what to install")["ansible.builtin.set_fact"]["__nvidia_driver_host"]
+    decide_task = next(t for t in tasks if t["name"] == "Decide what to install")
+    # The host is the task's variable, set as a fact with the plan made of it in the same task.
+    assert decide_task["ansible.builtin.set_fact"]["__nvidia_driver_host"] == "{{ __nvidia_driver_host_now }}"
+    assert "__nvidia_driver_host_now," in decide_task["ansible.builtin.set_fact"]["__nvidia_driver_plan"]
+    decide = decide_task["vars"]["__nvidia_driver_host_now"]
     for key in ("secure_boot", "headers_present", "runfile_install", "installed_packages", "foreign_repo_files"):
         assert "__nvidia_driver_host_probe" in decide[key] or "__nvidia_driver_host_packages" in decide[key]
 

@@ -131,8 +131,11 @@ def test_input_errors_stop_a_host_without_gpus_too():
 def test_every_repository_variable_of_the_role_reaches_the_check():
     """preflight.yml passes each REQUEST_RULES key from its role variable, so no written value escapes the check."""
     tasks = yaml.safe_load((ROLE / "tasks" / "preflight.yml").read_text())
-    request = next(t["ansible.builtin.set_fact"]["__nvidia_driver_request"] for t in tasks
-                   if "__nvidia_driver_request" in (t.get("ansible.builtin.set_fact") or {}))
+    decide = next(t for t in tasks if "__nvidia_driver_request" in (t.get("ansible.builtin.set_fact") or {}))
+    # The request is the task's variable, set as a fact and checked by the plan filter in the same task.
+    assert decide["ansible.builtin.set_fact"]["__nvidia_driver_request"] == "{{ __nvidia_driver_request_now }}"
+    assert decide["ansible.builtin.set_fact"]["__nvidia_driver_plan"].strip().startswith("{{ __nvidia_driver_request_now | gpuhost.nvidia.nvidia_driver_plan(")
+    request = decide["vars"]["__nvidia_driver_request_now"]
     for key in _driver.REQUEST_RULES:
         assert request[key] == "{{ nvidia_driver_%s }}" % key
 
