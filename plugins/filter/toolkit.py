@@ -2,20 +2,28 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""Container toolkit filters: nvidia_container_toolkit_errors, nvidia_container_toolkit_version, nvidia_node_labels.
+"""Container toolkit filters: nvidia_container_toolkit_errors, nvidia_container_toolkit_version, nvidia_node_labels,
+nvidia_container_restarts.
 
-Their documentation is in the sidecar .yml files. The decisions live in module_utils/_toolkit.py.
+Their documentation is in the sidecar .yml files. The decisions live in module_utils/_toolkit.py and (the restarts)
+module_utils/_engine_restart.py.
 """
 
 from __future__ import annotations
 
 import typing as t
 
+from ansible.errors import AnsibleFilterError
+from ansible.utils.display import Display
+
 from ansible_collections.gpuhost.nvidia.plugins.plugin_utils._filter_args import gpu_facts, mapping
 from ansible_collections.gpuhost.nvidia.plugins.plugin_utils._lazy import module_utils
 
 # Imported when a filter of this file first runs, not when Ansible loads the file (plugin_utils/_lazy.py).
 _toolkit = module_utils("_toolkit")
+_engine_restart = module_utils("_engine_restart")
+
+display = Display()
 
 
 def nvidia_container_toolkit_errors(request: t.Any) -> list[str]:
@@ -39,10 +47,41 @@ def nvidia_node_labels(facts: t.Any, toolkit_version: t.Any = None) -> dict[str,
     return _toolkit.node_labels(gpu_facts(facts, "nvidia_node_labels"), str(toolkit_version) if toolkit_version else None)
 
 
+def nvidia_container_restarts(engines: t.Any, policy: str = "always") -> dict[str, t.Any]:
+    """Which engines restart now, are left pending or only need a restart, from the states gpuhost.nvidia's
+    nvidia_container_runtime module returned with each merge (its ``engine``): the restart decision without a remote
+    call. Each pending or needed restart, and each engine systemd could not be asked about, is also a warning."""
+    if policy not in _engine_restart.POLICIES:
+        raise AnsibleFilterError("nvidia_container_restarts: policy must be one of %s, got %r" % (", ".join(_engine_restart.POLICIES), policy))
+    if not isinstance(engines, (list, tuple)):
+        raise AnsibleFilterError("nvidia_container_restarts: expected the list of the runtime merges' engine states, got %s"
+                                 % type(engines).__name__)
+    states, problems = [], []
+    for index, engine in enumerate(engines):
+        state = mapping(engine, "nvidia_container_restarts engines[%d]" % index)
+        missing = [key for key in _engine_restart.STATE_KEYS if key not in state]
+        if missing or state["name"] not in _engine_restart.ENGINES:
+            raise AnsibleFilterError("nvidia_container_restarts engines[%d]: not an engine state of nvidia_container_runtime "
+                                     "(missing %s, or an unknown engine %r)" % (index, ", ".join(missing) or "nothing", state.get("name")))
+        states.append({key: state[key] for key in _engine_restart.STATE_KEYS})
+        if state.get("problem") and state["problem"] not in problems:
+            problems.append(state["problem"])
+    live_restore = any(state.get("name") == "docker" and state.get("live_restore") is True for state in engines)
+    # if_idle needs the GPU containers, which only the nvidia_container_restart_plan module reads: here every due
+    # restart is left pending, saying so.
+    unknown = "the GPU processes were not read (the nvidia_container_restart_plan module reads them)" if policy == "if_idle" else None
+    result = _engine_restart.plan(policy, states, [], unknown, live_restore)
+    result["messages"] = problems + result["messages"]
+    for message in result["messages"]:
+        display.warning(message)
+    return result
+
+
 class FilterModule:
     def filters(self) -> dict[str, t.Callable[..., t.Any]]:
         return {
             "nvidia_container_toolkit_errors": nvidia_container_toolkit_errors,
             "nvidia_container_toolkit_version": nvidia_container_toolkit_version,
             "nvidia_node_labels": nvidia_node_labels,
+            "nvidia_container_restarts": nvidia_container_restarts,
         }

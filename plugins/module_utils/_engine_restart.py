@@ -6,7 +6,10 @@
 
 Private to this collection: no compatibility promise outside gpuhost.nvidia.
 
-Pure functions; the module ``nvidia_container_restart_plan`` reads the host and hands the text here.
+Pure functions, and one host read both modules share: ``engine_states`` (the units' state from one ``systemctl show``,
+and the newest mtime of each engine's configuration files), through the module that calls it. ``nvidia_container_runtime``
+returns its engine's state with the merge (#21: the role's plan is then a filter, no remote call of its own);
+``nvidia_container_restart_plan`` reads the states and the GPU containers for ``if_idle``.
 
 - ``container_of(cgroup_text)``: the container a process runs in, from ``/proc/<pid>/cgroup``. The path shapes are the
   ones the engines create (docs/sources.md, "Container cgroup paths"): Docker ``docker-<id>.scope`` (systemd cgroup
@@ -21,11 +24,18 @@ Pure functions; the module ``nvidia_container_restart_plan`` reads the host and 
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import time
 import typing as t
 
 ENGINES = {"docker": "docker.service", "containerd": "containerd.service", "crio": "crio.service"}
 POLICIES = ("if_idle", "always", "never")
+# What systemctl show is asked for each unit.
+PROPERTIES = "Id,ActiveState,ExecMainStartTimestampMonotonic,ActiveEnterTimestampMonotonic"
+# The keys of one engine's state (engine_states), which plan() reads.
+STATE_KEYS = ("name", "unit", "active", "changed", "newest", "started")
 
 _ID = r"([0-9a-f]{64})"
 _END = r"(?:\.scope)?(?:/|$)"
@@ -183,3 +193,52 @@ def plan(policy: str, engines: list[dict[str, t.Any]], containers: list[dict[str
             entry["reason"] = why + (" (live-restore keeps its containers running)" if entry["live_restore"] else "")
             result["restart"].append(unit)
     return result
+
+
+def live_restore(text: str | None) -> bool:
+    """Whether Docker's daemon.json text turns live-restore on; False for a missing, unreadable or non-object file."""
+    try:
+        data = json.loads(text) if text else {}
+    except ValueError:
+        return False
+    return isinstance(data, dict) and data.get("live-restore") is True
+
+
+def newest_mtime(files: list[str]) -> float | None:
+    """The newest modification time of ``files``; missing files are skipped; None when none exists."""
+    times = []
+    for path in files:
+        try:
+            times.append(os.stat(path).st_mtime)
+        except OSError:
+            continue
+    return max(times) if times else None
+
+
+def engine_states(module: t.Any, engines: list[dict[str, t.Any]]) -> tuple[list[dict[str, t.Any]], str | None]:
+    """Each engine of ``engines`` ({name, changed, files}) with its unit's state, as plan() reads it ({name, unit,
+    active, changed, newest, started}), from one ``systemctl show`` through ``module``; and why the units could not be
+    read (no systemctl, or it failed: then no engine counts as running), or None."""
+    units = [ENGINES[engine["name"]] for engine in engines]
+    states: dict[str, dict[str, str]] = {}
+    problem = None
+    if units:
+        systemctl = module.get_bin_path("systemctl")
+        if not systemctl:
+            problem = "systemctl was not found, so no container engine counts as running and none is restarted."
+        else:
+            rc, out, err = module.run_command([systemctl, "show", "--property=" + PROPERTIES] + units,
+                                              environ_update={"LC_ALL": "C", "LANGUAGE": "C"})
+            if rc != 0:
+                problem = ("systemctl show %s failed (rc %s: %s), so no container engine counts as running and none is restarted."
+                           % (" ".join(units), rc, (err or out).strip()[:300]))
+            else:
+                states = parse_systemctl_show(out)
+    now_real, now_monotonic = time.time(), time.monotonic()
+    result = []
+    for engine, unit in zip(engines, units):
+        state = states.get(unit, {})
+        result.append({"name": engine["name"], "unit": unit, "active": state.get("ActiveState") == "active",
+                       "changed": bool(engine.get("changed")), "newest": newest_mtime(list(engine.get("files") or [])),
+                       "started": start_time(state, now_real, now_monotonic)})
+    return result, problem

@@ -184,16 +184,12 @@ gpu_containers:
   sample: [{engine: docker, id: 0123456789abcdef..., pid: 4242, name: python3, gpu: 0, cgroup: /system.slice/docker-0123....scope}]
 """
 
-import json
 import os
-import time
 import typing as t
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuhost.nvidia.plugins.module_utils import _engine_restart
-
-_PROPERTIES = "Id,ActiveState,ExecMainStartTimestampMonotonic,ActiveEnterTimestampMonotonic"
 
 
 def read_text(path: str) -> str | None:
@@ -202,43 +198,6 @@ def read_text(path: str) -> str | None:
             return handle.read(1 << 20).decode("utf-8", "replace")
     except OSError:
         return None
-
-
-def live_restore(path: str) -> bool:
-    text = read_text(path)
-    try:
-        data = json.loads(text) if text else {}
-    except ValueError:
-        return False
-    return isinstance(data, dict) and data.get("live-restore") is True
-
-
-def newest_mtime(files: list[str]) -> float | None:
-    times = []
-    for path in files:
-        try:
-            times.append(os.stat(path).st_mtime)
-        except OSError:
-            continue
-    return max(times) if times else None
-
-
-def systemctl_path(module: AnsibleModule) -> str | None:
-    return module.get_bin_path("systemctl")
-
-
-def unit_states(module: AnsibleModule, units: list[str]) -> dict[str, dict[str, str]]:
-    systemctl = systemctl_path(module)
-    if not systemctl:
-        module.warn("systemctl was not found, so no container engine counts as running and none is restarted.")
-        return {}
-    rc, out, err = module.run_command([systemctl, "show", "--property=" + _PROPERTIES] + units,
-                                      environ_update={"LC_ALL": "C", "LANGUAGE": "C"})
-    if rc != 0:
-        module.warn("systemctl show %s failed (rc %s: %s), so no container engine counts as running and none is restarted."
-                    % (" ".join(units), rc, (err or out).strip()[:300]))
-        return {}
-    return _engine_restart.parse_systemctl_show(out)
 
 
 def main() -> None:
@@ -257,17 +216,9 @@ def main() -> None:
         supports_check_mode=True,
     )
     p = module.params
-    units = [_engine_restart.ENGINES[e["name"]] for e in p["engines"]]
-    states = unit_states(module, units) if units else {}
-    now_real, now_monotonic = time.time(), time.monotonic()
-    engines = []
-    for engine, unit in zip(p["engines"], units):
-        state = states.get(unit, {})
-        engines.append({
-            "name": engine["name"], "unit": unit, "active": state.get("ActiveState") == "active",
-            "changed": engine["changed"], "newest": newest_mtime(engine["files"]),
-            "started": _engine_restart.start_time(state, now_real, now_monotonic),
-        })
+    engines, problem = _engine_restart.engine_states(module, p["engines"])
+    if problem:
+        module.warn(problem)
 
     containers: list[dict[str, t.Any]] = []
     unknown = None
@@ -277,7 +228,7 @@ def main() -> None:
             found = _engine_restart.container_of(read_text(os.path.join(p["proc_root"], str(proc["pid"]), "cgroup")) or "")
             if found:
                 containers.append(dict(found, pid=proc["pid"], name=proc["name"], gpu=proc["gpu"]))
-    docker_live_restore = any(e["name"] == "docker" for e in engines) and live_restore(p["docker_daemon_json"])
+    docker_live_restore = any(e["name"] == "docker" for e in engines) and _engine_restart.live_restore(read_text(p["docker_daemon_json"]))
     result = _engine_restart.plan(p["policy"], engines, containers, unknown, docker_live_restore)
     for message in result["messages"]:
         module.warn(message)

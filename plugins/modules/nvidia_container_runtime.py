@@ -205,6 +205,50 @@ runtime_name:
   returned: success
   type: str
   sample: nvidia
+engine:
+  description:
+    - The engine's state after the merge, for the restart decision without a call of its own (the
+      C(gpuhost.nvidia.nvidia_container_restart_plan) filter) - its unit, whether the unit is active and when its main
+      process started (one C(systemctl show)), whether this call changed its configuration, and the newest
+      modification time of RV(files).
+    - With V(docker), whether C(live-restore) is on in the file.
+  returned: success
+  type: dict
+  contains:
+    name:
+      description: The engine, O(runtime).
+      type: str
+      sample: docker
+    unit:
+      description: Its systemd unit.
+      type: str
+      sample: docker.service
+    active:
+      description: Whether the unit is active (false when systemd cannot be asked, see RV(engine.problem)).
+      type: bool
+      sample: true
+    changed:
+      description: Whether this call changed (or in check mode would change) the configuration.
+      type: bool
+      sample: true
+    newest:
+      description: The newest modification time of RV(files) (seconds since the epoch), or null when none exists.
+      type: float
+      sample: 1764000000.5
+    started:
+      description: When the unit's main process started (seconds since the epoch), or null when it does not run.
+      type: float
+      sample: 1763990000.0
+    live_restore:
+      description: For V(docker), whether C(live-restore) is V(true) in the file; null for the other engines.
+      type: bool
+      sample: false
+    problem:
+      description: Why systemd could not be asked about the unit, or null.
+      type: str
+      sample: null
+  sample: {name: docker, unit: docker.service, active: true, changed: true, newest: 1764000000.5, started: 1763990000.0,
+           live_restore: false, problem: null}
 """
 
 import os
@@ -213,7 +257,7 @@ import typing as t
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_bytes, to_text
 
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _files, _runtime, _validate
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _engine_restart, _files, _runtime, _validate
 
 DEFAULT_PATHS = {
     "docker": "/etc/docker/daemon.json",
@@ -458,9 +502,12 @@ def main() -> None:
     except _files.FileError as exc:
         module.fail_json(msg=str(exc), path=exc.path)
 
+    changed = bool(changed_files or removed_files or new_record != record)
+    paths = [file for file, _what, _before, _content in files]
     module.exit_json(
-        changed=bool(changed_files or removed_files or new_record != record),
-        files=[file for file, _what, _before, _content in files],
+        changed=changed,
+        files=paths,
+        engine=engine_state(module, runtime, changed, paths),
         changed_files=changed_files,
         removed_files=removed_files,
         backup_files=backups,
@@ -468,6 +515,19 @@ def main() -> None:
         diff=diffs,
         **result,
     )
+
+
+def engine_state(module: AnsibleModule, runtime: str, changed: bool, paths: list[str]) -> dict[str, t.Any]:
+    """The engine's state after the merge (RV(engine)): what the restart decision reads, without a call of its own."""
+    states, problem = _engine_restart.engine_states(module, [{"name": runtime, "changed": changed, "files": paths}])
+    live_restore = None
+    if runtime == "docker":
+        try:
+            text = _files.read_bytes(paths[0], "path", max_size=1 << 20) if paths else None
+        except _files.FileError:
+            text = None
+        live_restore = _engine_restart.live_restore(to_text(text, errors="surrogate_or_replace") if text is not None else None)
+    return dict(states[0], live_restore=live_restore, problem=problem)
 
 
 def write_record(module: AnsibleModule, path: str, before: dict[str, t.Any], after: dict[str, t.Any]) -> None:

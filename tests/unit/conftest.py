@@ -78,17 +78,19 @@ def run_module(monkeypatch: pytest.MonkeyPatch) -> t.Callable[..., dict[str, t.A
     """Run a module's main() with arguments; return its result dict (``failed`` is True after fail_json).
 
     ``smi`` is a FakeSmi (or None): get_bin_path('nvidia-smi') finds only that fake, never a real binary on the
-    machine running the tests.
+    machine running the tests. ``bins`` names the other commands get_bin_path finds (their run_command is the test's
+    to fake); every other lookup finds nothing.
     """
 
-    def run(module: t.Any, args: dict[str, t.Any], smi: FakeSmi | None = None, check_mode: bool = False) -> dict[str, t.Any]:
+    def run(module: t.Any, args: dict[str, t.Any], smi: FakeSmi | None = None, check_mode: bool = False,
+            bins: dict[str, str] | None = None) -> dict[str, t.Any]:
         looked_up: list[str] = []
 
         def get_bin_path(self: t.Any, arg: str, required: bool = False, opt_dirs: t.Any = None) -> str | None:
             looked_up.append(arg)
             if smi is not None and arg == "nvidia-smi":
                 return smi.path
-            return None
+            return (bins or {}).get(arg)
 
         def exit_json(self: t.Any, **kwargs: t.Any) -> None:
             raise AnsibleExitJson(kwargs)

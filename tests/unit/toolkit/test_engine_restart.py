@@ -175,8 +175,10 @@ def fake_host(monkeypatch, tmp_path):
         return 0, out, ""
 
     monkeypatch.setattr(nvidia_container_restart_plan.AnsibleModule, "run_command", run_command)
-    monkeypatch.setattr(nvidia_container_restart_plan, "systemctl_path", lambda module: "/bin/systemctl")
     return {"proc": str(tmp_path / "proc"), "daemon": daemon, "calls": calls}
+
+
+SYSTEMCTL = {"systemctl": "/bin/systemctl"}
 
 
 def busy_facts():
@@ -192,33 +194,134 @@ def module_args(fake_host, **kwargs):
 
 
 def test_module_defers_docker_naming_the_container(run_module, fake_host):
-    result = run_module(nvidia_container_restart_plan, module_args(fake_host), check_mode=True)
+    result = run_module(nvidia_container_restart_plan, module_args(fake_host), check_mode=True, bins=SYSTEMCTL)
     assert not result["changed"] and result["restart"] == [] and result["pending"] == ["docker.service"]
     assert result["gpu_containers"][0]["engine"] == "docker" and result["gpu_containers"][0]["pid"] == 4242
     assert "docker container 63425c4a8b42 (python3, pid 4242, GPU 0)" in result["messages"][0]
-    assert fake_host["calls"][0][:3] == ["/bin/systemctl", "show", "--property=" + nvidia_container_restart_plan._PROPERTIES]
+    assert fake_host["calls"][0][:3] == ["/bin/systemctl", "show", "--property=" + er.PROPERTIES]
 
 
 def test_module_live_restore_lets_docker_restart(run_module, fake_host):
     fake_host["daemon"].write_text(json.dumps({"live-restore": True}))
-    result = run_module(nvidia_container_restart_plan, module_args(fake_host))
+    result = run_module(nvidia_container_restart_plan, module_args(fake_host), bins=SYSTEMCTL)
     assert result["restart"] == ["docker.service"] and result["engines"][0]["live_restore"] is True
 
 
 def test_module_unchanged_and_older_config_is_not_due(run_module, fake_host):
     args = module_args(fake_host, engines=[{"name": "docker", "changed": False, "files": [str(fake_host["daemon"])]}])
-    result = run_module(nvidia_container_restart_plan, args)
+    result = run_module(nvidia_container_restart_plan, args, bins=SYSTEMCTL)
     assert result["restart"] == [] and result["pending"] == [] and result["engines"][0]["due"] is False
 
 
 def test_module_config_newer_than_the_engine_is_due(run_module, fake_host):
     os.utime(fake_host["daemon"], None)  # written now, after the engine started
     args = module_args(fake_host, engines=[{"name": "docker", "files": [str(fake_host["daemon"])]}], policy="always")
-    assert run_module(nvidia_container_restart_plan, args)["restart"] == ["docker.service"]
+    assert run_module(nvidia_container_restart_plan, args, bins=SYSTEMCTL)["restart"] == ["docker.service"]
 
 
 def test_module_without_systemd_restarts_nothing_and_says_why(run_module, fake_host, monkeypatch):
     monkeypatch.setattr(nvidia_container_restart_plan.AnsibleModule, "run_command",
                         lambda self, args, **kwargs: (1, "", "System has not been booted with systemd"))
-    result = run_module(nvidia_container_restart_plan, module_args(fake_host, policy="always"))
+    result = run_module(nvidia_container_restart_plan, module_args(fake_host, policy="always"), bins=SYSTEMCTL)
     assert not result.get("failed") and result["restart"] == [] and result["engines"][0]["active"] is False
+
+
+# The restart decision without a remote call of its own (#21): the runtime merge returns its engine's state, and the
+# nvidia_container_restarts filter decides from it as the module does.
+
+def _merge(run_module, tmp_path, content, check_mode=False, **args):
+    from ansible_collections.gpuhost.nvidia.plugins.modules import nvidia_container_runtime
+    daemon = tmp_path / "daemon.json"
+    if content is not None:
+        daemon.write_text(content)
+        old = time.time() - 3600
+        os.utime(daemon, (old, old))
+    module_args = dict({"runtime": "docker", "path": str(daemon), "record": str(tmp_path / "record.json"), "backup": False}, **args)
+    return run_module(nvidia_container_runtime, module_args, check_mode=check_mode, bins=SYSTEMCTL), daemon
+
+
+def test_the_runtime_merge_returns_its_engines_state(run_module, fake_host, tmp_path):
+    result, daemon = _merge(run_module, tmp_path, json.dumps({"live-restore": True}))
+    engine = result["engine"]
+    assert result["changed"] and engine["changed"] is True and engine["name"] == "docker" and engine["unit"] == "docker.service"
+    assert engine["active"] is True and engine["live_restore"] is True and engine["problem"] is None
+    assert engine["newest"] == pytest.approx(os.stat(daemon).st_mtime) and engine["started"] < engine["newest"]
+    assert fake_host["calls"][-1] == ["/bin/systemctl", "show", "--property=" + er.PROPERTIES, "docker.service"]
+    # Merged already: unchanged.
+    again = _merge(run_module, tmp_path, None)[0]
+    assert again["changed"] is False and again["engine"]["changed"] is False
+
+
+def test_the_runtime_merge_in_check_mode_reports_the_change_it_would_make(run_module, fake_host, tmp_path):
+    result, daemon = _merge(run_module, tmp_path, "{}", check_mode=True)
+    assert result["engine"]["changed"] is True and daemon.read_text() == "{}"
+    assert result["engine"]["live_restore"] is False
+
+
+def test_the_runtime_merge_without_systemd_says_why(run_module, monkeypatch, tmp_path):
+    from ansible_collections.gpuhost.nvidia.plugins.modules import nvidia_container_runtime
+    result = run_module(nvidia_container_runtime, {"runtime": "containerd", "path": str(tmp_path / "config.toml"),
+                                                   "dropin": str(tmp_path / "conf.d" / "99-nvidia.toml"),
+                                                   "record": str(tmp_path / "record.json")})
+    engine = result["engine"]
+    assert engine["active"] is False and engine["live_restore"] is None and engine["unit"] == "containerd.service"
+    assert "systemctl was not found" in engine["problem"]
+    assert engine["newest"] == pytest.approx(max(os.stat(f).st_mtime for f in result["files"]))
+
+
+def _state(name="docker", **kwargs):
+    state = {"name": name, "unit": er.ENGINES[name], "active": True, "changed": False, "newest": 100.0, "started": 200.0,
+             "live_restore": None if name != "docker" else False, "problem": None}
+    state.update(kwargs)
+    return state
+
+
+def _restarts(engines, policy):
+    from ansible_collections.gpuhost.nvidia.plugins.filter.toolkit import nvidia_container_restarts
+    return nvidia_container_restarts(engines, policy)
+
+
+@pytest.mark.parametrize("policy", ["always", "never"])
+@pytest.mark.parametrize("engines", [
+    [_state(changed=True)],
+    [_state(newest=300.0)],
+    [_state()],
+    [_state(active=False, changed=True)],
+    [_state(changed=True, live_restore=True), _state("containerd", changed=True), _state("crio", newest=None, started=None)],
+], ids=["changed", "newer", "older", "stopped", "three"])
+def test_the_filter_decides_as_the_module_does(run_module, fake_host, tmp_path, engines, policy):
+    """Same states, same plan: the filter on the runtime merges' states and the module reading the host."""
+    decided = _restarts(engines, policy)
+    expected = er.plan(policy, [{k: e[k] for k in er.STATE_KEYS} for e in engines], [], None,
+                       any(e["name"] == "docker" and e["live_restore"] for e in engines))
+    assert decided == expected
+
+
+def test_the_filter_matches_the_module_on_one_host(run_module, fake_host, tmp_path):
+    merged, daemon = _merge(run_module, tmp_path, "{}")
+    module = run_module(nvidia_container_restart_plan, {"engines": [{"name": "docker", "changed": True, "files": [str(daemon)]}],
+                                                        "policy": "always", "docker_daemon_json": str(daemon),
+                                                        "proc_root": fake_host["proc"]}, bins=SYSTEMCTL)
+    decided = _restarts([merged["engine"]], "always")
+    assert decided["restart"] == module["restart"] == ["docker.service"]
+    assert [dict(e, reason=None) for e in decided["engines"]] == [dict(e, reason=None) for e in module["engines"]]
+
+
+def test_the_filter_leaves_if_idle_pending_saying_why_and_tells_problems():
+    problem = "systemctl was not found, so no container engine counts as running and none is restarted."
+    decided = _restarts([_state(changed=True, problem=problem)], "if_idle")
+    assert decided["restart"] == [] and decided["pending"] == ["docker.service"]
+    assert decided["messages"][0].startswith("systemctl was not found")
+    assert "the GPU processes were not read" in decided["messages"][1]
+
+
+@pytest.mark.parametrize("engines, policy, fragment", [
+    ("docker", "always", "expected the list"),
+    ([{"name": "docker"}], "always", "missing unit, active, changed, newest, started"),
+    ([_state(name="docker") | {"name": "podman"}], "always", "unknown engine 'podman'"),
+    ([_state()], "sometimes", "policy must be one of if_idle, always, never"),
+])
+def test_the_filter_refuses_what_is_not_an_engine_state(engines, policy, fragment):
+    from ansible.errors import AnsibleFilterError
+    with pytest.raises(AnsibleFilterError, match=fragment):
+        _restarts(engines, policy)
