@@ -6,7 +6,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
 import typing as t
 
@@ -111,6 +113,65 @@ def run_module(monkeypatch: pytest.MonkeyPatch) -> t.Callable[..., dict[str, t.A
         result["_bin_lookups"] = looked_up
         return result
 
+    return run
+
+
+@pytest.fixture
+def local_play(tmp_path: t.Any) -> t.Callable[..., t.Any]:
+    """Run plays on the controller (local connection, this interpreter, check mode unless ``check=False``) with the JSON
+    callback. Without ``hosts``: on localhost, the first play's task results by task name (a role's as ``role : name``).
+    With ``hosts`` (name: host variables), on those hosts at once (one run for many cases; the plays target ``all``):
+    each host's task results by task name."""
+
+    def run(plays: list[dict[str, t.Any]], check: bool = True, timeout: int = 180,
+            hosts: dict[str, dict[str, t.Any]] | None = None) -> t.Any:
+        path = tmp_path / "play.json"
+        path.write_text(json.dumps(plays), encoding="utf-8")
+        inventory = "localhost,"
+        if hosts is not None:
+            inventory = str(tmp_path / "inventory.json")
+            local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+            (tmp_path / "inventory.json").write_text(json.dumps({"all": {"hosts": {name: dict(local, **variables)
+                                                                                   for name, variables in hosts.items()}}}), encoding="utf-8")
+        env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json", ANSIBLE_NOCOLOR="1", ANSIBLE_LOCALHOST_WARNING="0")
+        argv = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", inventory, "-c", "local", "-f", "4"]
+        argv += (["--check"] if check else []) + ["-e", "ansible_python_interpreter=" + sys.executable, str(path)]
+        proc = subprocess.run(argv, env=env, capture_output=True, text=True, check=False, timeout=timeout)
+        try:
+            result = json.loads(proc.stdout)
+        except json.JSONDecodeError as exc:
+            raise AssertionError(f"no JSON (rc {proc.returncode}):\n{proc.stdout}\n{proc.stderr}") from exc
+        tasks = result["plays"][0]["tasks"]
+        if hosts is None:
+            return {task["task"]["name"]: task["hosts"]["localhost"] for task in tasks}
+        return {name: {task["task"]["name"]: task["hosts"][name] for task in tasks if name in task["hosts"]} for name in hosts}
+
+    return run
+
+
+REACHED = "Reached after the role's tasks"
+
+
+@pytest.fixture
+def role_tasks(local_play: t.Callable[..., t.Any]) -> t.Callable[..., t.Any]:
+    """Run one task file of a role on the controller (local_play): the role's set_vars.yml first (public), then the
+    facts the test names with a leading ``__`` (they override the role's own variables), then ``before`` tasks, then
+    the file, then a task named ``role_tasks.reached``, which is in the result only when the file did not stop the
+    play. The other ``variables`` are play variables. With ``cases`` (name: host variables), every case runs at once,
+    each as a host of its own, and the result is each case's task results."""
+
+    def run(role: str, tasks_from: str, variables: dict[str, t.Any], before: list[dict[str, t.Any]] | None = None,
+            cases: dict[str, dict[str, t.Any]] | None = None) -> t.Any:
+        overrides = {k: v for k, v in variables.items() if k.startswith("__")}
+        tasks = [{"name": "Load the role's variables", "ansible.builtin.include_role": {"name": role, "tasks_from": "set_vars.yml", "public": True}}]
+        tasks += [{"name": "Override what the test asks", "ansible.builtin.set_fact": overrides}] if overrides else []
+        tasks += list(before or [])
+        tasks += [{"name": "Run the role's tasks", "ansible.builtin.include_role": {"name": role, "tasks_from": tasks_from}},
+                  {"name": REACHED, "ansible.builtin.debug": {"msg": "passed"}}]
+        return local_play([{"hosts": "localhost" if cases is None else "all", "gather_facts": True, "gather_subset": ["min"],
+                            "vars": {k: v for k, v in variables.items() if not k.startswith("__")}, "tasks": tasks}], hosts=cases)
+
+    run.reached = REACHED  # type: ignore[attr-defined]
     return run
 
 

@@ -10,10 +10,6 @@ check must refuse before it), with the GPU facts read from a fake root holding t
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -29,32 +25,22 @@ def _kernel(root: Path, release: str, module: bool) -> None:
         (base / "updates" / "dkms" / "nvidia-current.ko.xz").write_bytes(b"")
 
 
-def _reboot_tasks(tmp_path: Path, newest_has_module: bool) -> dict:
+def _reboot_tasks(local_play, tmp_path: Path, newest_has_module: bool) -> dict:
     root = tmp_path / "root"
     (root / "sys" / "bus" / "pci" / "devices").mkdir(parents=True)
     _kernel(root, "6.1.0-26-amd64", module=True)
     _kernel(root, "6.1.0-28-amd64", module=newest_has_module)
-    play = tmp_path / "play.yml"
-    play.write_text(json.dumps([{
+    return local_play([{
         "hosts": "localhost", "gather_facts": False,
         "vars": {"nvidia_driver_facts_root": str(root), "__nvidia_driver_pkg_mgr": "apt", "nvidia_driver_reboot_timeout": 60,
                  "nvidia_driver_reboot_settle_seconds": 0, "nvidia_driver_reboot_reasons": ["the driver was installed"]},
         "tasks": [{"name": "Run the role's reboot tasks", "ansible.builtin.include_tasks": str(REPO / "roles/nvidia_driver/tasks/reboot.yml")}],
-    }]))
-    env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json", ANSIBLE_NOCOLOR="1", ANSIBLE_LOCALHOST_WARNING="0")
-    proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c", "local", "--check",
-                           "-e", "ansible_python_interpreter=" + sys.executable, str(play)],
-                          env=env, capture_output=True, text=True, check=False, timeout=120)
-    try:
-        result = json.loads(proc.stdout)
-    except json.JSONDecodeError as exc:
-        raise AssertionError(f"no JSON (rc {proc.returncode}):\n{proc.stdout}\n{proc.stderr}") from exc
-    return {t["task"]["name"]: t["hosts"]["localhost"] for t in result["plays"][0]["tasks"]}
+    }], timeout=120)
 
 
 @pytest.mark.parametrize("newest_has_module", [False, True])
-def test_reboot_refused_when_the_next_kernel_has_no_module(tmp_path: Path, newest_has_module: bool) -> None:
-    tasks = _reboot_tasks(tmp_path, newest_has_module)
+def test_reboot_refused_when_the_next_kernel_has_no_module(local_play, tmp_path: Path, newest_has_module: bool) -> None:
+    tasks = _reboot_tasks(local_play, tmp_path, newest_has_module)
     check = tasks["Refuse to reboot into a kernel without an nvidia module"]
     if newest_has_module:
         assert not check.get("failed"), check
