@@ -211,7 +211,7 @@ engine:
       C(gpuhost.nvidia.nvidia_container_restart_plan) filter) - its unit, whether the unit is active and when its main
       process started (one C(systemctl show)), whether this call changed its configuration, and the newest
       modification time of RV(files).
-    - With V(docker), whether C(live-restore) is on in the file.
+    - With V(docker), whether C(live-restore) is on in C(daemon.json) as this call leaves it (in check mode, would leave it).
   returned: success
   type: dict
   contains:
@@ -240,7 +240,7 @@ engine:
       type: float
       sample: 1763990000.0
     live_restore:
-      description: For V(docker), whether C(live-restore) is V(true) in the file; null for the other engines.
+      description: For V(docker), whether C(live-restore) is V(true) in the merged file; null for the other engines.
       type: bool
       sample: false
     problem:
@@ -507,7 +507,7 @@ def main() -> None:
     module.exit_json(
         changed=changed,
         files=paths,
-        engine=engine_state(module, runtime, changed, paths),
+        engine=engine_state(module, runtime, changed, files),
         changed_files=changed_files,
         removed_files=removed_files,
         backup_files=backups,
@@ -517,16 +517,11 @@ def main() -> None:
     )
 
 
-def engine_state(module: AnsibleModule, runtime: str, changed: bool, paths: list[str]) -> dict[str, t.Any]:
-    """The engine's state after the merge (RV(engine)): what the restart decision reads, without a call of its own."""
-    states, problem = _engine_restart.engine_states(module, [{"name": runtime, "changed": changed, "files": paths}])
-    live_restore = None
-    if runtime == "docker":
-        try:
-            text = _files.read_bytes(paths[0], "path", max_size=1 << 20) if paths else None
-        except _files.FileError:
-            text = None
-        live_restore = _engine_restart.live_restore(to_text(text, errors="surrogate_or_replace") if text is not None else None)
+def engine_state(module: AnsibleModule, runtime: str, changed: bool, files: list[Planned]) -> dict[str, t.Any]:
+    """The engine's state after the merge (RV(engine)): what the restart decision reads, without a call of its own.
+    Docker's live-restore comes from daemon.json as this call leaves it (or, in check mode, would leave it)."""
+    states, problem = _engine_restart.engine_states(module, [{"name": runtime, "changed": changed, "files": [f[0] for f in files]}])
+    live_restore = _engine_restart.live_restore(files[0][3] if files else None) if runtime == "docker" else None
     return dict(states[0], live_restore=live_restore, problem=problem)
 
 
