@@ -45,6 +45,9 @@ def test_a_name_that_is_not_a_package_name_fails(role_tasks) -> None:
 
 def test_a_userland_the_branch_cannot_fill_in_is_told_once(role_tasks) -> None:
     tasks = _userland(role_tasks, {"__gpu_settings_userland": ["nvidia-utils-{family}"], "__gpu_settings_userland_family_re": "^gpuhost-none-(.*)$"})
+    # Without the driver's choice the role reads the installed packages (python3-apt on Debian: bindep.txt).
+    read = tasks["gpuhost.nvidia.gpu_settings : Read the installed packages, for the installed driver's branch and package names"]
+    assert not read.get("failed"), read
     message = tasks[CHECK]["msg"]
     assert message.startswith("gpu_settings cannot tell which driver userland to install (nvidia-utils-{family}): the names follow")
     assert "list the packages in gpu_settings_packages." in message
