@@ -25,6 +25,8 @@ from __future__ import annotations
 import re
 import typing as t
 
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _apt
+
 # Where unit files and drop-ins live: a change there needs one ``systemctl daemon-reload``.
 SYSTEMD_DIRS = ("/etc/systemd/", "/usr/lib/systemd/", "/lib/systemd/", "/run/systemd/")
 UNIT_NAME = re.compile(r"[A-Za-z0-9_:.@\\][A-Za-z0-9_:.@\\-]{0,240}\.(?:service|socket|timer|target|path|mount|automount|swap|slice)\Z")
@@ -32,6 +34,8 @@ MODE = re.compile(r"0?[0-7]{3,4}\Z")
 # A user or group name as useradd takes it (a trailing $ for machine accounts), or a numeric id.
 ACCOUNT = re.compile(r"(?:[A-Za-z_][A-Za-z0-9_.-]{0,31}\$?|[0-9]{1,10})\Z")
 MAX_PATH = 4096
+# A command as regenerate.argv[0] may name it: a name looked up in PATH, or an absolute path.
+COMMAND = re.compile(r"(?:/[A-Za-z0-9_.+/-]{1,254}|[A-Za-z0-9_][A-Za-z0-9_.+-]{0,254})\Z")
 
 # systemd's UnitFileState values, by what enable/disable does to them.
 ENABLED = ("enabled", "alias")
@@ -83,7 +87,8 @@ def _path_problems(where: str, path: t.Any) -> list[str]:
 
 
 def check_request(directories: t.Sequence[t.Mapping[str, t.Any]], files: t.Sequence[t.Mapping[str, t.Any]],
-                  absent: t.Sequence[str], units: t.Sequence[t.Mapping[str, t.Any]]) -> list[str]:
+                  absent: t.Sequence[str], units: t.Sequence[t.Mapping[str, t.Any]],
+                  packages: t.Mapping[str, t.Any] | None = None, regenerate: t.Mapping[str, t.Any] | None = None) -> list[str]:
     """Every problem of a request, as sentences; nothing on the host is read."""
     problems: list[str] = []
     seen: dict[str, str] = {}
@@ -132,7 +137,53 @@ def check_request(directories: t.Sequence[t.Mapping[str, t.Any]], files: t.Seque
         default = unit.get("package_default")
         if default is not None and default not in ("enabled", "disabled", "static"):
             problems.append("%s: package_default %r is not one of enabled, disabled, static" % (where, default))
+    return problems + _package_problems(packages) + _regenerate_problems(regenerate, changing)
+
+
+def _package_problems(packages: t.Mapping[str, t.Any] | None) -> list[str]:
+    if not packages:
+        return []
+    problems = []
+    names: set[str] = set()
+    for index, spec in enumerate(packages.get("install") or []):
+        problem = _apt.spec_problem(spec)
+        if problem is not None:
+            problems.append("packages.install[%d]: %s" % (index, problem))
+            continue
+        name = _apt.split_spec(spec)[0]
+        if name in names:
+            problems.append("packages.install[%d]: package %s is listed twice" % (index, name))
+        names.add(name)
     return problems
+
+
+def _regenerate_problems(regenerate: t.Mapping[str, t.Any] | None, changing: t.Collection[t.Any]) -> list[str]:
+    if not regenerate:
+        return []
+    problems = []
+    argv = regenerate.get("argv") or []
+    if not argv or not isinstance(argv[0], str) or not COMMAND.match(argv[0]):
+        problems.append("regenerate.argv: %r does not start with a command name or absolute path (letters, digits and _ . + / -)"
+                        % (argv[:1],))
+    for index, arg in enumerate(argv):
+        if not isinstance(arg, str) or "\x00" in arg or "\n" in arg or "\r" in arg:
+            problems.append("regenerate.argv[%d]: %r is not a single-line argument" % (index, arg))
+    if not regenerate.get("when_changed"):
+        problems.append("regenerate.when_changed: name at least one path of files or absent")
+    for path in regenerate.get("when_changed") or []:
+        if path not in changing:
+            problems.append("regenerate.when_changed names %r, which is not in files or absent" % (path,))
+    if regenerate.get("if_exists") is not None:
+        problems += _path_problems("regenerate.if_exists", regenerate["if_exists"])
+    return problems
+
+
+def regenerate_due(regenerate: t.Mapping[str, t.Any] | None, changed_paths: t.Collection[str], tool_exists: bool) -> bool:
+    """Whether to run ``regenerate``: one of its ``when_changed`` paths changed in this call, and its ``if_exists`` path
+    exists (``tool_exists``; a host without the tool has nothing to regenerate)."""
+    if not regenerate or not set(regenerate.get("when_changed") or []) & set(changed_paths):
+        return False
+    return tool_exists
 
 
 def is_unit_file(path: str) -> bool:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: gpuhost_apply
-short_description: Apply a role's directories, files and systemd units in one call
+short_description: Apply a role's directories, files, systemd units and apt transaction in one call
 version_added: 0.1.0
 description:
   - What a role would do with a chain of C(file), C(template), C(copy), C(stat) and C(systemd_service) tasks - each one
@@ -20,8 +20,15 @@ description:
     C(systemctl daemon-reload) when a written file is a unit file or drop-in (under C(/etc/systemd/),
     C(/usr/lib/systemd/), C(/lib/systemd/) or C(/run/systemd/)); then the O(units) (unmask or mask, enable or disable,
     start or stop); then O(absent) (so that a unit is disabled before its unit file goes, which systemd requires);
-    one more C(daemon-reload) when a removed file was a unit file or drop-in; last the restarts of running units one
-    of whose O(units[].restart_when_changed) paths changed."
+    one more C(daemon-reload) when a removed file was a unit file or drop-in; the restarts of running units one
+    of whose O(units[].restart_when_changed) paths changed; then the apt transaction of O(packages), which therefore
+    resolves under the preferences files written and removed above; last O(regenerate), when one of its paths changed
+    (also when the transaction failed, before the call fails: the next run would find the files unchanged)."
+  - O(packages) installs only what the host does not have, as M(ansible.builtin.apt) with O(ansible.builtin.apt#module:state=present)
+    and O(ansible.builtin.apt#module:install_recommends=false) does - a package installed at any version satisfies a plain name,
+    one whose version matches (as a glob) satisfies V(name=version) - with one C(dpkg-query) before and after and one
+    C(apt-get install) with Ansible's apt options (no prompt, the old conffile kept, 60 s for dpkg's lock), and no python-apt.
+    Check mode runs C(apt-get -s install) instead, which changes nothing and fails where the real install would not resolve.
   - The units' load, enablement and active state are read with one C(systemctl show) up front (and once more after a
     real C(daemon-reload) or C(unmask), which change them).
   - Check mode changes nothing and reports exactly what the real run would - a unit whose unit file this call writes,
@@ -153,6 +160,46 @@ options:
             the task.
         type: str
         choices: [enabled, disabled, static]
+  packages:
+    description:
+      - An apt transaction, after everything else but O(regenerate).
+      - The units of packages it installs cannot be switched by the same call (O(units) come first).
+    type: dict
+    suboptions:
+      manager:
+        description: The package manager. Only V(apt).
+        type: str
+        default: apt
+        choices: [apt]
+      install:
+        description:
+          - Package names, or V(name=version) where the version may be a glob (V(nvidia-smi=580.*)). Each name once.
+        type: list
+        elements: str
+        default: []
+      allow_downgrade:
+        description: Let apt-get install an older version than the installed one (C(--allow-downgrades)).
+        type: bool
+        default: false
+  regenerate:
+    description:
+      - A command that rebuilds what some of the O(files) feed (C(update-initramfs -u -k all) after modprobe.d files),
+        run last, once, when one of O(regenerate.when_changed) was written or removed by this call.
+    type: dict
+    suboptions:
+      argv:
+        description: The command and its arguments, run without a shell. The command is a name looked up in C(PATH) or an absolute path.
+        type: list
+        elements: str
+        required: true
+      when_changed:
+        description: Paths of O(files) or O(absent).
+        type: list
+        elements: str
+        required: true
+      if_exists:
+        description: Run only when this path exists when the command is due (the tool's path; a host without it has nothing to rebuild).
+        type: str
 seealso:
   - module: gpuhost.nvidia.gpuhost_converged
 notes:
@@ -185,6 +232,18 @@ EXAMPLES = r"""
         start_if_exists: /proc/driver/nvidia/version
         restart_when_changed: [/etc/systemd/system/nvidia-persistenced.service.d/gpuhost-persistence-mode.conf]
   register: __applied
+
+- name: Write the driver's apt preferences and the modprobe.d files, install the driver, regenerate the initramfs (one call)
+  gpuhost.nvidia.gpuhost_apply:
+    files:
+      - {path: /etc/apt/preferences.d/gpuhost-nvidia-driver.pref, content: "{{ pin }}", owner: root, group: root, mode: "0644"}
+      - {path: /etc/modprobe.d/gpuhost-blacklist-nouveau.conf, content: "blacklist nouveau\n", owner: root, group: root, mode: "0644"}
+    packages:
+      install: [nvidia-open-kernel-dkms, nvidia-smi=535.261.03-1]
+    regenerate:
+      argv: [update-initramfs, -u, -k, all]
+      when_changed: [/etc/modprobe.d/gpuhost-blacklist-nouveau.conf]
+      if_exists: /usr/sbin/update-initramfs
 
 - name: Remove them again; the directory goes when nothing else is in it
   gpuhost.nvidia.gpuhost_apply:
@@ -238,6 +297,19 @@ daemon_reloaded:
   returned: always
   type: bool
   sample: true
+packages:
+  description:
+    - The apt transaction (empty without O(packages)) - C(installed), the specs the host did not satisfy, which apt-get
+      installed (in check mode, would install); C(changed); C(before) and C(after), each package's installed version (null when
+      not installed). On failure also C(rc), C(stdout) and C(stderr).
+  returned: always
+  type: dict
+  sample: {"installed": ["nvidia-smi=535.261.03-1"], "changed": true, "before": {"nvidia-smi": null}, "after": {"nvidia-smi": "535.261.03-1"}}
+regenerated:
+  description: Whether O(regenerate) ran (in check mode - would run).
+  returned: always
+  type: bool
+  sample: true
 backups:
   description: The backup copy of each replaced file with O(files[].backup=true).
   returned: always
@@ -251,7 +323,7 @@ import typing as t
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_bytes
 
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _apply, _converged, _files
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _apply, _apt, _converged, _files
 
 C_ENV = {"LC_ALL": "C", "LANGUAGE": "C"}
 ATTRS = dict(owner=dict(type="str"), group=dict(type="str"), mode=dict(type="str"))
@@ -345,6 +417,42 @@ class Applier:
             self.fail("systemctl %s failed: %s" % (" ".join(args), (err or out).strip()), rc=rc, cmd=argv)
         return out
 
+    def package_status(self, names: list[str]) -> dict[str, str]:
+        argv = [self.module.get_bin_path("dpkg-query", required=True)] + _apt.status_argv(names)[1:]
+        # rc 1 only says that some name is not installed: those print no line.
+        rc, out, err = self.module.run_command(argv, environ_update=_apt.APT_ENV)
+        if rc not in (0, 1):
+            self.fail("dpkg-query failed: %s" % (err or out).strip(), rc=rc, cmd=argv)
+        return _apt.parse_status(out)
+
+    def install(self, request: t.Mapping[str, t.Any]) -> tuple[dict[str, t.Any], str | None]:
+        """The apt transaction of the specs the host does not satisfy (none: no apt-get); the result, and why it failed."""
+        specs = request["install"]
+        names = list(dict.fromkeys(_apt.split_spec(spec)[0] for spec in specs))
+        # No names: nothing to ask (a dpkg-query without names would list every package).
+        before = self.package_status(names) if names else {}
+        left = _apt.specs_left(specs, before)
+        result: dict[str, t.Any] = {"installed": left, "changed": bool(left), "before": {name: before.get(name) for name in names}}
+        result["after"] = dict(result["before"])
+        if not left:
+            return result, None
+        argv = [self.module.get_bin_path("apt-get", required=True)] + _apt.install_argv(left, request["allow_downgrade"], self.check)[1:]
+        rc, out, err = self.module.run_command(argv, environ_update=_apt.APT_ENV)
+        if rc != 0:
+            lines = (err.strip() or out.strip()).splitlines()
+            result.update(changed=False, rc=rc, stdout=out, stderr=err)
+            return result, "apt-get install of %s failed (rc %d): %s" % (" ".join(left), rc, " ".join(lines[-5:]))
+        if not self.check:
+            after = self.package_status(names)
+            result["after"] = {name: after.get(name) for name in names}
+        return result, None
+
+    def regenerate(self, regenerate: t.Mapping[str, t.Any]) -> None:
+        argv = list(regenerate["argv"])
+        rc, out, err = self.module.run_command(argv, environ_update=C_ENV)
+        if rc != 0:
+            self.fail("%s failed (rc %d): %s" % (" ".join(argv), rc, (err or out).strip()), rc=rc, cmd=argv)
+
     def unit_states(self, names: list[str]) -> dict[str, dict[str, str]]:
         if not names:
             return {}
@@ -359,7 +467,8 @@ def holds(unit: t.Mapping[str, t.Any], key: str, exists: t.Mapping[str, bool]) -
 
 def check(module: AnsibleModule) -> None:
     params = module.params
-    problems = _apply.check_request(params["directories"], params["files"], params["absent"], params["units"])
+    problems = _apply.check_request(params["directories"], params["files"], params["absent"], params["units"], params["packages"],
+                                    params["regenerate"])
     if problems:
         module.fail_json(msg="gpuhost_apply: %s" % "; ".join(problems), problems=problems)
 
@@ -416,6 +525,12 @@ def main() -> None:
                 state=dict(type="str", choices=list(_apply.UNIT_STATES)), start_if_exists=dict(type="str"),
                 switch_if_exists=dict(type="str"), restart_when_changed=dict(type="list", elements="str", default=[]),
                 package_default=dict(type="str", choices=["enabled", "disabled", "static"]))),
+            packages=dict(type="dict", options=dict(
+                manager=dict(type="str", default="apt", choices=["apt"]), install=dict(type="list", elements="str", default=[]),
+                allow_downgrade=dict(type="bool", default=False))),
+            regenerate=dict(type="dict", options=dict(
+                argv=dict(type="list", elements="str", required=True), when_changed=dict(type="list", elements="str", required=True),
+                if_exists=dict(type="str"))),
         ),
         supports_check_mode=True,
     )
@@ -455,13 +570,22 @@ def main() -> None:
                 if not run.check:
                     run.systemctl("restart", "--", unit["name"])
                 done.setdefault(unit["name"], []).append("restart")
+        packages, failure = run.install(params["packages"]) if params["packages"] else (None, None)
+        regenerate = params["regenerate"]
+        regenerated = _apply.regenerate_due(regenerate, changed_paths, bool(regenerate) and (
+            not regenerate.get("if_exists") or os.path.exists(regenerate["if_exists"])))
+        # Also when the install failed: the files it depends on changed, and the next run would find them unchanged.
+        if regenerated and not run.check:
+            run.regenerate(regenerate)
+        if failure is not None:
+            run.fail(failure, packages=packages, regenerated=regenerated, changed_units=done)
     except _files.FileError as exc:
         run.fail(str(exc), path=exc.path)
     changed_units = {name: _apply.describe(verbs) for name, verbs in done.items()}
-    changed = bool(run.changed_files or run.removed or changed_units)
+    changed = bool(run.changed_files or run.removed or changed_units or regenerated or (packages or {}).get("changed"))
     result: dict[str, t.Any] = dict(changed=changed, changed_files=run.changed_files, removed=run.removed, changed_units=changed_units,
                                     units=states, missing_units=missing, notes=notes, daemon_reloaded=reloaded, backups=run.backups,
-                                    diff=run.diffs)
+                                    packages=packages or {}, regenerated=regenerated, diff=run.diffs)
     module.exit_json(**result)
 
 
