@@ -21,6 +21,7 @@ from ansible_collections.gpuhost.nvidia.plugins.plugin_utils._lazy import module
 
 # Imported when a filter of this file first runs, not when Ansible loads the file (plugin_utils/_lazy.py).
 _driver = module_utils("_driver")
+_kernels = module_utils("_kernels")
 
 
 def nvidia_driver_plan(request: t.Any, facts: t.Any = None, host: t.Any = None, capabilities: t.Any = None) -> dict[str, t.Any]:
@@ -93,6 +94,14 @@ def nvidia_driver_dnf_versions(output: t.Any, name: str = "") -> list[str]:
     return _driver.dnf_versions(output, name)
 
 
+def nvidia_driver_dkms_lines(registrations: t.Any) -> list[str]:
+    """One line per DKMS registration of the GPU facts (``kernels.dkms``), as ``dkms status`` sums it up."""
+    if registrations is not None and not isinstance(registrations, list):
+        raise AnsibleFilterError("nvidia_driver_dkms_lines: expected the list ansible_facts.nvidia_gpu.kernels.dkms, got %s"
+                                 % type(registrations).__name__)
+    return _kernels.dkms_lines(registrations)
+
+
 class FilterModule:
     def filters(self) -> dict[str, t.Callable[..., t.Any]]:
         return {
@@ -105,4 +114,5 @@ class FilterModule:
             "nvidia_driver_lockstep": nvidia_driver_lockstep,
             "nvidia_driver_lockstep_hold": nvidia_driver_lockstep_hold,
             "nvidia_driver_dnf_versions": nvidia_driver_dnf_versions,
+            "nvidia_driver_dkms_lines": nvidia_driver_dkms_lines,
         }

@@ -13,6 +13,12 @@ any ``nvidia.ko*`` (``nvidia-current``, ``nvidia-open`` too) under the module se
 (``updates/dkms``, ``updates``, ``extra``, ``kernel/drivers/video``, ...) or Ubuntu's ``kernel/nvidia-580srv-open/``. The host boots the newest installed kernel
 (version order, as GRUB's menu and ``kernel-install`` put it first) unless the boot loader says otherwise (EL's
 ``grubby --default-kernel``: pass it as ``boot_hint``).
+
+The nvidia modules registered with DKMS (``dkms``) are read from DKMS's own tree, as ``dkms status`` reads it (#21: the
+driver's report had a ``dkms status`` call of its own after every install): ``/var/lib/dkms/<module>/<version>/`` is a
+registered (added) version, ``<version>/<kernel>/<arch>/module/`` a build for a kernel, and the link
+``<module>/kernel-<kernel>-<arch>`` -> ``<version>/<kernel>/<arch>`` the build installed into that kernel's modules
+(DKMS 3's ``do_install``).
 """
 
 from __future__ import annotations
@@ -89,8 +95,60 @@ def boot_release_from_hint(hint: str | None) -> str | None:
     return name if _RELEASE_RE.match(name) else None
 
 
+DKMS_TREE = "var/lib/dkms"
+
+
+def _dirs(path: str) -> list[str]:
+    """The subdirectories of ``path`` (not links to them), sorted; none when it cannot be read."""
+    try:
+        names = os.listdir(path)
+    except OSError:
+        return []
+    return sorted(name for name in names if os.path.isdir(os.path.join(path, name)) and not os.path.islink(os.path.join(path, name)))
+
+
+def dkms_registrations(root: str = "/") -> list[dict[str, t.Any]]:
+    """The nvidia modules DKMS knows: ``[{module, version, built: [kernel], installed: [kernel]}]``, by module and version.
+
+    A version with neither builds nor installs is only added (its sources registered, no kernel's headers yet)."""
+    tree = os.path.join(root, DKMS_TREE)
+    found = []
+    for module in _dirs(tree):
+        if "nvidia" not in module:
+            continue
+        base = os.path.join(tree, module)
+        installed: dict[str, list[str]] = {}
+        for link in sorted(os.listdir(base)):
+            path = os.path.join(base, link)
+            if link.startswith("kernel-") and os.path.islink(path):
+                parts = os.readlink(path).strip("/").split("/")
+                if len(parts) == 3:
+                    installed.setdefault(parts[0], []).append(parts[1])
+        for version in _dirs(base):
+            if version.startswith("kernel-"):
+                continue
+            vdir = os.path.join(base, version)
+            built = [kernel for kernel in _dirs(vdir) if kernel not in ("source", "build")
+                     and any(os.path.isdir(os.path.join(vdir, kernel, arch, "module")) for arch in _dirs(os.path.join(vdir, kernel)))]
+            found.append({"module": module, "version": version, "built": sorted(built, key=version_key),
+                          "installed": sorted(installed.get(version, []), key=version_key)})
+    return found
+
+
+def dkms_lines(registrations: t.Any) -> list[str]:
+    """One line per registration, as ``dkms status`` sums it up: ``nvidia-current/535.261.03: installed for 6.1.0-26-amd64;
+    built for 6.1.0-28-amd64`` (built and not installed), or ``...: added`` (built for no kernel)."""
+    lines = []
+    for entry in registrations or []:
+        installed = list(entry.get("installed") or [])
+        built = [kernel for kernel in entry.get("built") or [] if kernel not in installed]
+        states = (["installed for " + ", ".join(installed)] if installed else []) + (["built for " + ", ".join(built)] if built else [])
+        lines.append("%s/%s: %s" % (entry.get("module"), entry.get("version"), "; ".join(states) or "added (built for no kernel yet)"))
+    return lines
+
+
 def installed_kernels(root: str = "/", running: str | None = None, boot_hint: str | None = None) -> dict[str, t.Any]:
-    """``{running, boot, boot_source, installed: [{release, nvidia_module, module_files}], without_module}``."""
+    """``{running, boot, boot_source, installed: [{release, nvidia_module, module_files}], without_module, dkms}``."""
     installed = []
     for release in _installed_releases(root):
         files = module_files(root, release)
@@ -109,6 +167,7 @@ def installed_kernels(root: str = "/", running: str | None = None, boot_hint: st
         "boot_source": source,
         "installed": installed,
         "without_module": [k["release"] for k in installed if not k["nvidia_module"]],
+        "dkms": dkms_registrations(root),
     }
 
 

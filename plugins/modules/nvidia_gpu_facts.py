@@ -677,6 +677,16 @@ ansible_facts:
               type: list
               elements: str
               sample: [6.1.0-28-amd64]
+            dkms:
+              description:
+                - The nvidia modules registered with DKMS, read from its tree (C(/var/lib/dkms) under O(root)) as C(dkms status)
+                  reads it - each with C(module), C(version), C(built) (the kernels it is built for) and C(installed) (the
+                  kernels it is installed into). A version built for no kernel is only added (no headers yet). Empty without DKMS.
+              returned: always
+              type: list
+              elements: dict
+              sample:
+                - {module: nvidia-current, version: 535.261.03, built: [6.1.0-26-amd64, 6.1.0-28-amd64], installed: [6.1.0-26-amd64]}
         reboot_required:
           description:
             - Whether a change is waiting for a GPU reset or a reboot. See RV(ansible_facts.nvidia_gpu.reboot_reasons).

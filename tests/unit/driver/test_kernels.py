@@ -88,7 +88,7 @@ def test_boot_loader_hint_wins_when_it_names_an_installed_kernel(tmp_path: t.Any
 
 def test_no_kernels(tmp_path: t.Any) -> None:
     facts = _kernels.installed_kernels(str(tmp_path), running="6.1.0-26-amd64")
-    assert facts == {"running": "6.1.0-26-amd64", "boot": None, "boot_source": None, "installed": [], "without_module": []}
+    assert facts == {"running": "6.1.0-26-amd64", "boot": None, "boot_source": None, "installed": [], "without_module": [], "dkms": []}
     assert _kernels.boot_problem(facts) is None and _kernels.boot_problem(None) is None
 
 
@@ -150,3 +150,50 @@ def test_doctor_has_nothing_to_check_without_kernels_or_gpus(tmp_path: t.Any) ->
     assert _doctor_check(root, facts)["status"] == "ok"  # no driver installed at all: driver_loaded's business
     facts = dict(facts, gpus=[], present=False)
     assert _doctor_check(root, facts)["evidence"] == "no GPU is meant for the nvidia driver; no module is needed"
+
+
+def dkms_tree(root: str, module: str, version: str, built: t.Sequence[str] = (), installed: t.Sequence[str] = (), arch: str = "x86_64") -> None:
+    """DKMS 3's tree for one module version, as `dkms add`, `build` and `install` leave it (Debian 12's dkms 3.0.10)."""
+    base = os.path.join(root, "var/lib/dkms", module)
+    os.makedirs(os.path.join(base, version, "build"), exist_ok=True)
+    source = os.path.join(root, "usr/src", "%s-%s" % (module, version))
+    os.makedirs(source, exist_ok=True)
+    if not os.path.lexists(os.path.join(base, version, "source")):
+        os.symlink(source, os.path.join(base, version, "source"))
+    for release in built:
+        os.makedirs(os.path.join(base, version, release, arch, "module"), exist_ok=True)
+    for release in installed:
+        os.symlink("%s/%s/%s" % (version, release, arch), os.path.join(base, "kernel-%s-%s" % (release, arch)))
+
+
+def test_dkms_registrations_as_dkms_status_tells_them(tmp_path: t.Any) -> None:
+    """`dkms status` would say: nvidia-current/535.261.03, 6.1.0-26-amd64, x86_64: installed; the same on 6.1.0-28: built;
+    nvidia-current-open/535.261.03: added; and nothing of another module."""
+    root = str(tmp_path)
+    dkms_tree(root, "nvidia-current", "535.261.03", built=["6.1.0-28-amd64", "6.1.0-26-amd64"], installed=["6.1.0-26-amd64"])
+    dkms_tree(root, "nvidia-current-open", "535.261.03")
+    dkms_tree(root, "zfs", "2.1.11", built=["6.1.0-26-amd64"], installed=["6.1.0-26-amd64"])
+    assert _kernels.dkms_registrations(root) == [
+        {"module": "nvidia-current", "version": "535.261.03", "built": ["6.1.0-26-amd64", "6.1.0-28-amd64"], "installed": ["6.1.0-26-amd64"]},
+        {"module": "nvidia-current-open", "version": "535.261.03", "built": [], "installed": []},
+    ]
+    assert _kernels.installed_kernels(root, "6.1.0-26-amd64")["dkms"] == _kernels.dkms_registrations(root)
+    # An installed link of an older version: counted for that version, which DKMS still lists.
+    dkms_tree(root, "nvidia-current", "525.147.05", built=["6.1.0-20-amd64"], installed=["6.1.0-20-amd64"])
+    assert [(r["version"], r["installed"]) for r in _kernels.dkms_registrations(root) if r["module"] == "nvidia-current"] == [
+        ("525.147.05", ["6.1.0-20-amd64"]), ("535.261.03", ["6.1.0-26-amd64"])]
+
+
+def test_no_dkms_tree_no_registrations(tmp_path: t.Any) -> None:
+    assert _kernels.dkms_registrations(str(tmp_path)) == []
+
+
+def test_dkms_lines_sum_up_like_dkms_status(tmp_path: t.Any) -> None:
+    root = str(tmp_path)
+    dkms_tree(root, "nvidia-current", "535.261.03", built=["6.1.0-26-amd64", "6.1.0-28-amd64"], installed=["6.1.0-26-amd64"])
+    dkms_tree(root, "nvidia-current-open", "535.261.03")
+    assert _kernels.dkms_lines(_kernels.dkms_registrations(root)) == [
+        "nvidia-current/535.261.03: installed for 6.1.0-26-amd64; built for 6.1.0-28-amd64",
+        "nvidia-current-open/535.261.03: added (built for no kernel yet)",
+    ]
+    assert _kernels.dkms_lines([]) == [] and _kernels.dkms_lines(None) == []
