@@ -59,6 +59,10 @@ def runs(host):
     return [json.loads(line) for line in lines]
 
 
+# The driver's install on apt (tasks/install_apt.yml): the transaction's call, and its check-mode twin.
+INSTALL_TASK = "Install the driver packages, after the pin and the module configuration, and regenerate the initramfs"
+
+
 def test_driver_packages_are_installed(host, case):
     for name in EXPECTED[case]["installed"]:
         assert host.package(name).is_installed, name
@@ -210,7 +214,7 @@ def test_headers_follow_the_kernel_the_host_boots(host, runs, case, gpuhost_inst
     assert status.startswith("ii ") and "linux-headers-" in status, status
     assert all(follow in e and "nvidia-driver-pinning-595" in e for e in ensured), ensured
     prediction = next(r for r in recorded_runs() if r["check"] and gpuhost_instance in r["changed"])
-    printed = [p["msg"] for p in prediction["printed"].get(gpuhost_instance, []) if p["task"].endswith(" : Install the driver packages")]
+    printed = [p["msg"] for p in prediction["printed"].get(gpuhost_instance, []) if p["task"].endswith(" : " + INSTALL_TASK)]
     assert len(printed) == 1 and follow in printed[0], prediction["printed"]
 
 

@@ -106,6 +106,25 @@ def test_summary_names_what_the_driver_role_did(summary):
     assert any(line.strip().lstrip("- ").startswith("nvidia_driver: ") for line in summary), summary
 
 
+def test_the_reports_dkms_line_says_what_dkms_status_says(host, summary):
+    """The driver's report reads DKMS's registrations from the GPU facts (kernels.dkms, read from /var/lib/dkms; #21: no
+    `dkms status` call of its own). Where the driver came with DKMS, every registration the real dkms lists is in it."""
+    if not host.exists("dkms"):
+        pytest.skip("no dkms on this host (its driver packages carry no DKMS)")
+    status = [line.strip() for line in host.check_output("dkms status").splitlines() if "nvidia" in line]
+    assert status, "dkms lists no nvidia module"
+    report = [line.strip().lstrip("- ") for line in summary if line.strip().lstrip("- ").startswith("nvidia_driver: DKMS ")]
+    assert len(report) == 1, summary
+    for line in status:
+        # `module/version: added` or `module/version, kernel, arch: built|installed`
+        head, _sep, state = line.rpartition(": ")
+        module_version, *rest = [part.strip() for part in head.split(",")]
+        if state == "added":
+            assert module_version + ": added" in report[0], (line, report)
+        else:
+            assert "%s: " % module_version in report[0] and "%s for " % state in report[0] and rest[0] in report[0], (line, report)
+
+
 def printed_summaries(gpuhost_instance: str) -> list[tuple[bool, list[str]]]:
     """(check mode?, the summary printed) for every recorded run of site.yml on this host, oldest first."""
     return [(run["check"], entry["msg"]) for run in recorded_runs() for entry in run["printed"].get(gpuhost_instance, [])

@@ -113,13 +113,17 @@ def test_the_apt_path_asks_once_removes_once_and_installs_the_driver_with_its_he
     assert len(commands) == 1 and "madison" in commands[0]["ansible.builtin.command"]["argv"]
     assert commands[0]["check_mode"] is False and commands[0]["changed_when"] is False
     apt = [t for t in tasks if "ansible.builtin.apt" in t]
-    assert [t["ansible.builtin.apt"]["state"] for t in apt] == ["absent", "present", "present"]
+    assert [t["ansible.builtin.apt"]["state"] for t in apt] == ["absent", "present"]
     # NVIDIA's pinning package alone, before the driver, and only when it is used.
     assert apt[1]["ansible.builtin.apt"]["name"] == "{{ __nvidia_driver_pkgs.pinning }}"
     assert "__nvidia_driver_use_pinning_package" in apt[1]["when"]
-    assert "__nvidia_driver_apt_headers" in apt[2]["ansible.builtin.apt"]["name"]
-    assert "__nvidia_driver_transaction_specs" in apt[2]["ansible.builtin.apt"]["name"]
-    assert apt[2]["ansible.builtin.apt"]["allow_downgrade"] == "{{ __nvidia_driver_downgrade | bool }}"
+    # The driver's transaction: gpuhost_apply's apt install, after the pinning package (#21: with the pin, the modprobe.d
+    # files and the initramfs in one call).
+    (transaction,) = [t for t in tasks if "gpuhost.nvidia.gpuhost_apply" in t]
+    assert tasks.index(apt[1]) < tasks.index(transaction)
+    packages = transaction["gpuhost.nvidia.gpuhost_apply"]["packages"]
+    assert "__nvidia_driver_apt_headers" in packages["install"] and "__nvidia_driver_transaction_specs" in packages["install"]
+    assert packages["allow_downgrade"] == "{{ __nvidia_driver_downgrade | bool }}"
 
 
 def _transaction(plan_request=None, package_plan=None, moves=False, installed=()):

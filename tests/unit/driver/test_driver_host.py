@@ -319,11 +319,11 @@ def test_one_modprobe_write_tells_which_file_changed(changed, blacklist, passthr
     assert (host["__nvidia_driver_blacklist_changed"], host["__nvidia_driver_passthrough_changed"]) == (blacklist, passthrough)
     assert host["__nvidia_driver_modprobe_changed"] == (changed or [])
     # dnf and pacman write them in a call of their own at the end of their install files (one task, modprobe.yml,
-    # imported by both); apt with the pin (install_apt.yml).
+    # imported by both), which regenerates the initramfs; apt in the transaction's call (install_apt.yml).
     with open(os.path.join(ROLE, "tasks", "modprobe.yml"), encoding="utf-8") as handle:
         (write,) = yaml.safe_load(handle)
     assert write["register"] == "__nvidia_driver_modprobe"
-    assert write["gpuhost.nvidia.gpuhost_apply"] == {"files": "{{ __nvidia_driver_modprobe_files }}"}
+    assert write["gpuhost.nvidia.gpuhost_apply"] == {"files": "{{ __nvidia_driver_modprobe_files }}", "regenerate": "{{ __nvidia_driver_regenerate }}"}
     assert write["when"] == "__nvidia_driver_modprobe_files | length > 0"
     for name, calls in (("install_dnf.yml", 1), ("install_pacman.yml", 1), ("install_apt.yml", 0), ("driver.yml", 0)):
         with open(os.path.join(ROLE, "tasks", name), encoding="utf-8") as handle:
@@ -335,60 +335,63 @@ def test_one_modprobe_write_tells_which_file_changed(changed, blacklist, passthr
             assert task is tasks[-1], name
 
 
-def test_the_initramfs_is_regenerated_exactly_when_a_modprobe_file_changed():
-    """One task after the writes and Fabric Manager, for apt, dnf and pacman (it replaced the handler and its flush; the
-    removal path keeps the handler); check mode predicts it through the command's `removes`."""
-    tasks = _driver_tasks()
-    names = [t["name"] for t in tasks]
-    task = tasks[names.index("Regenerate the initramfs now if the module configuration changed")]
-    assert task["ansible.builtin.command"] == {"argv": "{{ __nvidia_driver_initramfs_command }}", "removes": "{{ __nvidia_driver_initramfs_tool }}"}
-    assert task["changed_when"] is True and task["when"] == "__nvidia_driver_modprobe_changed | length > 0"
-    assert names.index("Install and enable Fabric Manager, and move NSCQ with the driver") < names.index(task["name"])
-    assert not [t for t in tasks if "notify" in t or "ansible.builtin.meta" in t]
-    host = RoleVars("debian12")
+@pytest.mark.parametrize("name, argv, tool", [
+    ("debian12", ["update-initramfs", "-u", "-k", "all"], "/usr/sbin/update-initramfs"),
+    ("rocky9", ["dracut", "-f", "--regenerate-all"], "/usr/bin/dracut"),
+    ("arch", ["mkinitcpio", "-P"], "/usr/bin/mkinitcpio"),
+])
+def test_the_initramfs_is_regenerated_by_the_call_that_writes_the_modprobe_files(name, argv, tool):
+    """No task of its own (#21): gpuhost_apply's regenerate runs the tool when one of the modprobe.d files that call wrote
+    changed (also when the apt install after them failed: tests/unit/apply/test_apply_packages.py), where the tool exists.
+    The removal path keeps its handler."""
+    host = RoleVars(name)
+    # the two files as vars/main.yml renders them (their templates are lookups the test's Templar has not)
+    host.variables["__nvidia_driver_modprobe_files"] = [{"path": BLACKLIST, "content": "blacklist nouveau\n"},
+                                                        {"path": PASSTHROUGH, "content": "softdep nvidia pre: vfio-pci\n"}]
+    regenerate = host["__nvidia_driver_regenerate"]
+    assert regenerate == {"argv": argv, "when_changed": [BLACKLIST, PASSTHROUGH], "if_exists": tool}
+    for task in _driver_tasks():
+        assert "__nvidia_driver_initramfs_command" not in str(task), task["name"]
     # Only modprobe.d files count: the pin file the same apt call wrote does not.
     host.variables["__nvidia_driver_modprobe"] = {"changed": True, "changed_files": ["/etc/apt/preferences.d/gpuhost-nvidia-driver.pref"]}
     assert host["__nvidia_driver_modprobe_changed"] == []
 
 
-def test_apt_writes_the_modprobe_files_in_the_pins_call_and_keeps_what_changed_before_fabric_managers_hold():
+def test_apt_writes_the_pin_and_modprobe_files_installs_and_regenerates_in_one_call():
     with open(os.path.join(ROLE, "tasks", "install_apt.yml"), encoding="utf-8") as handle:
         tasks = yaml.safe_load(handle)
     names = [t["name"] for t in tasks]
-    pin = tasks[names.index("Pin the driver branch or version with apt preferences, or remove the pin")]
-    # The modprobe.d files, and the holds of the roles whose requests the transaction takes (gpuhost_package_plan).
-    assert pin["vars"]["internal_repository_pin_files"] == "{{ __nvidia_driver_modprobe_files + __nvidia_driver_plan_taken.files }}"
-    assert pin["vars"]["internal_repository_pin_absent"] == "{{ __nvidia_driver_plan_taken.absent }}"
-    assert names.index(pin["name"]) < names.index("Install the driver packages, or regenerate the initramfs for the new module configuration when that fails")
-    with open(os.path.join(ROLE, "..", "internal_repository", "tasks", "apt_pin.yml"), encoding="utf-8") as handle:
-        (applied,) = yaml.safe_load(handle)
-    assert applied["register"] == "internal_repository_pin_applied"
-    assert "+ internal_repository_pin_files | default([], true)" in applied["gpuhost.nvidia.gpuhost_apply"]["files"]
-    assert "+ internal_repository_pin_absent | default([], true)" in applied["gpuhost.nvidia.gpuhost_apply"]["absent"]
-    # Kept by the set_fact right after the install (Fabric Manager's hold, the same apt_pin.yml, registers over it).
+    render = tasks[names.index("Render the pin of the driver branch or version with apt preferences, or its removal")]
+    assert render["ansible.builtin.include_role"]["tasks_from"] == "apt_pin_deferred.yml"
+    transaction = next(t for t in tasks if t.get("register") == "__nvidia_driver_transaction")
+    call = transaction["gpuhost.nvidia.gpuhost_apply"]
+    # The pin, the modprobe.d files, and the holds of the roles whose requests the transaction takes (gpuhost_package_plan).
+    assert "internal_repository_pin_deferred.files" in call["files"]
+    assert "+ __nvidia_driver_modprobe_files + __nvidia_driver_plan_taken.files" in call["files"]
+    assert call["absent"] == "{{ internal_repository_pin_deferred.absent + __nvidia_driver_plan_taken.absent }}"
+    assert "__nvidia_driver_apt_headers + __nvidia_driver_transaction_specs" in call["packages"]["install"]
+    assert call["packages"]["allow_downgrade"] == "{{ __nvidia_driver_downgrade | bool }}"
+    assert "__nvidia_driver_regenerate" in call["regenerate"]
+    # NVIDIA's pinning package goes in before the transaction resolves; no block, no rescue: the call does both.
+    assert names.index(render["name"]) < names.index("Install NVIDIA's pinning package before the driver") < names.index(transaction["name"])
+    assert not [t for t in tasks if "block" in t or (t.get("ansible.builtin.apt") or {}).get("state") == "present"
+                and "pinning" not in t["ansible.builtin.apt"]["name"]]
+    # Kept by the set_fact right after the install.
     tasks = _driver_tasks()
     names = [t["name"] for t in tasks]
     fact = next(t for t in tasks if "__nvidia_driver_modprobe_written" in t.get("ansible.builtin.set_fact", {}))
     assert names.index(fact["name"]) == names.index("Install the driver packages") + 1
-    assert names.index(fact["name"]) < names.index("Install and enable Fabric Manager, and move NSCQ with the driver")
     host = RoleVars("debian12")
-    host.variables.update({"__nvidia_driver_pkg_mgr": "apt", "internal_repository_pin_applied": {
-        "changed_files": ["/etc/apt/preferences.d/gpuhost-nvidia-driver.pref", BLACKLIST]}})
+    host.variables.update({"__nvidia_driver_pkg_mgr": "apt", "__nvidia_driver_transaction": {
+        "changed_files": ["/etc/apt/preferences.d/gpuhost-nvidia-driver.pref", BLACKLIST], "packages": {"changed": True}},
+        "__nvidia_driver_install_predicted": {"skipped": True, "changed": False}})
     written = fact["ansible.builtin.set_fact"]["__nvidia_driver_modprobe_written"]
     assert _template(host, written) == [BLACKLIST]
+    assert host["__nvidia_driver_packages_changed"] is True
+    host.variables["__nvidia_driver_transaction"]["packages"] = {}
+    assert host["__nvidia_driver_packages_changed"] is False
     host.variables["__nvidia_driver_pkg_mgr"] = "dnf"
     assert _template(host, written) == []
-
-
-def test_a_failed_apt_install_still_regenerates_for_the_modprobe_files_written_before_it():
-    with open(os.path.join(ROLE, "tasks", "install_apt.yml"), encoding="utf-8") as handle:
-        tasks = yaml.safe_load(handle)
-    block = next(t for t in tasks if "block" in t)
-    assert [t["name"] for t in block["block"]] == ["Install the driver packages"]
-    regenerate, fail = block["rescue"]
-    assert regenerate["ansible.builtin.command"]["argv"] == "{{ __nvidia_driver_initramfs_command }}"
-    assert regenerate["when"] == "__nvidia_driver_modprobe_in_pin_call | length > 0"
-    assert "ansible_failed_result.msg" in fail["ansible.builtin.fail"]["msg"]
 
 
 def _registers(tasks):

@@ -242,7 +242,7 @@ def _render_pin(plan, pkgs):
     from jinja2.nativetypes import NativeEnvironment
 
     with open(os.path.join(ROLE, "tasks", "install_apt.yml"), encoding="utf-8") as handle:
-        task = next(t for t in yaml.safe_load(handle) if t.get("ansible.builtin.include_role", {}).get("tasks_from") == "apt_pin.yml")
+        task = next(t for t in yaml.safe_load(handle) if t.get("ansible.builtin.include_role", {}).get("tasks_from") == "apt_pin_deferred.yml")
     variables = {"__nvidia_driver_plan": plan, "__nvidia_driver_pkgs": pkgs, "nvidia_driver_pin": True,
                  "__nvidia_driver_use_pinning_package": False,
                  "__nvidia_driver_pin_glob": (plan["version"] + "-*") if plan.get("version") else "%s.*" % plan["branch"]}
