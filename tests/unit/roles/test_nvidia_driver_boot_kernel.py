@@ -33,9 +33,7 @@ def _reboot_tasks(local_play, tmp_path: Path, newest_has_module: bool) -> dict:
     return local_play([{
         "hosts": "localhost", "gather_facts": False,
         "vars": {"nvidia_driver_facts_root": str(root), "__nvidia_driver_pkg_mgr": "apt", "nvidia_driver_reboot_timeout": 60,
-                 "nvidia_driver_reboot_settle_seconds": 0, "nvidia_driver_reboot_reasons": ["the driver was installed"],
-                 # no install in this run: the reboot tasks read the kernels themselves (else tasks/main.yml just did)
-                 "__nvidia_driver_packages_changed": False},
+                 "nvidia_driver_reboot_settle_seconds": 0, "nvidia_driver_reboot_reasons": ["the driver was installed"]},
         "tasks": [{"name": "Run the role's reboot tasks", "ansible.builtin.include_tasks": str(REPO / "roles/nvidia_driver/tasks/reboot.yml")}],
     }], timeout=120)
 
