@@ -10,6 +10,7 @@ the way users connect: SSH with pipelining and ControlPersist. The site scenario
 (molecule/site/molecule.yml: forced driver, the toolkit from the local signed test repository) are used as inventory.
 
     .venv/bin/python benchmarks/rerun.py [--runs 3] [--keep] [--profile 15] [--first-only] [--log FILE] [--reruns N]
+                                         [--first-runs N]
 
 Steps: ``ping``, ``setup`` (median of N), ``nvidia_gpu_facts``, the first converge of site.yml, the second run (a full
 run that confirms the records the first wrote), the converged re-run (fast path), the re-run with
@@ -18,7 +19,9 @@ as a multiple of ``setup``'s median. Then *raw apt*: a second fresh host from th
 apt sources, keyrings and preferences, and ``apt-get update`` plus one ``apt-get install`` of every package the first
 converge installed (the dpkg list before and after it), timed inside the container; the first converge is printed as a
 multiple of that too. ``--profile N`` lists the N slowest tasks of the first converge (ansible.posix.profile_tasks);
-``--first-only`` skips the runs after the first converge. Needs podman, the test image (``make images``) and the
+``--first-only`` skips the runs after the first converge. ``--first-runs N`` times N-1 more first converges, each on a
+fresh host and followed by its own raw apt, and prints each pair, the apt transaction's own time from apt's history,
+and the medians: one pair moves with the network by 0.3x. Needs podman, the test image (``make images``) and the
 test repositories (``make repos`` or any Molecule run).
 """
 
@@ -92,9 +95,22 @@ def raw_apt(packages: list[str]) -> float:
         subprocess.run(["podman", "rm", "-f", raw], env=PODMAN_ENV, capture_output=True, check=False)
 
 
+def apt_transaction_seconds() -> float | None:
+    """How long the converge host's last apt transaction ran, from apt's history (whole seconds: Start-Date to End-Date)."""
+    out = subprocess.run(["podman", "exec", NAME, "cat", "/var/log/apt/history.log"], env=PODMAN_ENV, capture_output=True,
+                         text=True, check=False).stdout
+    dates = re.findall(r"^(Start|End)-Date: (\S+)\s+(\S+)$", out, re.M)
+    if len(dates) < 2 or dates[-2][0] != "Start" or dates[-1][0] != "End":
+        return None
+    stamps = [time.mktime(time.strptime(day + " " + clock, "%Y-%m-%d %H:%M:%S")) for _kind, day, clock in dates[-2:]]
+    return stamps[1] - stamps[0]
+
+
 def start_host(work: Path, port: int) -> None:
     env = PODMAN_ENV
     subprocess.run(["podman", "rm", "-f", NAME], env=env, capture_output=True, check=False)
+    for name in ("id", "id.pub"):
+        (work / name).unlink(missing_ok=True)
     repos = REPO / ".cache" / "repos" / "current"
     run(["podman", "run", "-d", "--name", NAME, "--systemd=always", "-p", "127.0.0.1:%d:22" % port,
          "-v", "%s:/srv/gpuhost-repos:ro" % repos.resolve(), IMAGE, "/sbin/init"], env=env)
@@ -133,6 +149,8 @@ def main() -> None:
     parser.add_argument("--first-only", action="store_true", help="only the first converge, then raw apt")
     parser.add_argument("--log", type=Path, metavar="FILE", help="write the first converge's whole output there")
     parser.add_argument("--reruns", type=int, default=1, metavar="N", help="time N converged re-runs (the fast path)")
+    parser.add_argument("--first-runs", type=int, default=1, metavar="N",
+                        help="time N first converges, each on a fresh host, each followed by its raw apt; print each pair and the medians")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="gpuhost-rerun-"))
     bin_dir = Path(sys.executable).parent
@@ -178,6 +196,23 @@ def main() -> None:
         apt_time = raw_apt(new_packages)
         rows.append(("raw apt-get update + install (%d packages)" % len(new_packages), apt_time,
                      "first converge = %.1fx raw apt" % (first / apt_time)))
+        # More first converges, each on a fresh host and followed by its own raw apt (the network moves both).
+        pairs = [(first, apt_time, None)]
+        for _round in range(args.first_runs - 1):
+            start_host(work, args.port)
+            timed(adhoc + ["ansible.builtin.ping"], env)
+            fresh = installed(NAME)
+            converge = timed(play, env)[0]
+            transaction = apt_transaction_seconds()
+            pairs.append((converge, raw_apt(sorted(installed(NAME) - fresh)), transaction))
+        if args.first_runs > 1:
+            for number, (converge, raw, transaction) in enumerate(pairs, 1):
+                rows.append(("first converge %d / its raw apt" % number, converge, "%.1f s raw apt, %.1fx%s" % (
+                    raw, converge / raw, "" if transaction is None else "; its apt transaction %.0f s (apt history)" % transaction)))
+            converge_median = statistics.median(pair[0] for pair in pairs)
+            raw_median = statistics.median(pair[1] for pair in pairs)
+            rows.append(("first converge, median of %d" % len(pairs), converge_median, "raw apt median %.1f s: %.1fx; ratios %s" % (
+                raw_median, converge_median / raw_median, ", ".join("%.1f" % (pair[0] / pair[1]) for pair in pairs))))
         print("one Debian 12 systemd host over SSH (pipelining, ControlPersist), %s" % time.strftime("%Y-%m-%d %H:%M"))
         for label, elapsed, note in rows:
             print("%-46s %6.1f s  %5.1fx setup  %s" % (label, elapsed, elapsed / setup, note))
