@@ -97,14 +97,25 @@ def changed_tasks(result: dict, hostname: str) -> list[str]:
     return names
 
 
+# How long a fresh container's systemd may take to boot. 60 s was enough on this machine, not on a nested rehearsal host
+# (vfs storage, several fresh hosts started at once by the bad-input tests: systemd in one of them was still
+# "starting" after 60 s, 2026-11-25).
+BOOT_TIMEOUT = 240
+
+
 def wait_for_systemd(name: str) -> None:
-    """Wait until systemd in container ``name`` has finished booting."""
-    for _attempt in range(60):
-        state = subprocess.run(["podman", "exec", name, "systemctl", "is-system-running"], capture_output=True, text=True, check=False)
-        if state.stdout.strip() in ("running", "degraded"):
+    """Wait until systemd in container ``name`` has finished booting; a timeout names the state and the jobs left."""
+    deadline = time.monotonic() + BOOT_TIMEOUT
+    state = ""
+    while time.monotonic() < deadline:
+        state = subprocess.run(["podman", "exec", name, "systemctl", "is-system-running"], capture_output=True, text=True,
+                               check=False).stdout.strip()
+        if state in ("running", "degraded"):
             return
         time.sleep(1)
-    raise AssertionError(f"systemd in {name} did not finish booting")
+    jobs = subprocess.run(["podman", "exec", name, "systemctl", "list-jobs", "--no-pager"], capture_output=True, text=True, check=False)
+    raise AssertionError(f"systemd in {name} did not finish booting in {BOOT_TIMEOUT} s (state {state!r}); jobs left:\n"
+                         f"{(jobs.stdout or jobs.stderr)[-2000:]}")
 
 
 def start_fresh_host(image: str, name: str) -> None:
