@@ -66,9 +66,8 @@ def parse_madison(text: str, names: list[str]) -> dict[str, list[str]]:
 
 # An install spec: a package name, or name=version, where the version is a Debian version or a glob of one (apt-get
 # matches ``580.*``): letters, digits and . + ~ : - and *. Anything else never reaches apt-get's command line.
-SPEC_RE = re.compile(r"([a-z0-9][a-z0-9+.-]+)(?:=([A-Za-z0-9.+~:*-]+))?\Z")
-SPEC = ("a package name (lower case letters, digits and + - . only, starting with a letter or digit), or name=version "
-        "(letters, digits and . + ~ : - *)")
+SPEC_RE = re.compile(r"(%s)(?:=([A-Za-z0-9.+~:*-]+))?\Z" % PACKAGE_NAME_RE.pattern)
+SPEC = PACKAGE_NAME.replace("a Debian package name", "a package name", 1) + ", or name=version (letters, digits and . + ~ : - *)"
 APT_ENV = {"DEBIAN_FRONTEND": "noninteractive", "DEBIAN_PRIORITY": "critical", "LC_ALL": "C", "LANGUAGE": "C"}
 INSTALL_OPTIONS = ["-y", "-o", "Dpkg::Options::=--force-confdef", "-o", "Dpkg::Options::=--force-confold",
                    "-o", "DPkg::Lock::Timeout=60", "--no-install-recommends"]

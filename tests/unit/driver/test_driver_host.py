@@ -311,9 +311,8 @@ def _driver_tasks():
 def test_one_modprobe_write_tells_which_file_changed(changed, blacklist, passthrough, apt):
     host = RoleVars("debian12")
     if changed is not None and apt:
-        # apt (#21): the pin's call wrote them before the install; tasks/driver.yml kept its changed modprobe.d files.
-        host.variables["__nvidia_driver_modprobe_written"] = changed
-        host.variables["__nvidia_driver_modprobe"] = {"skipped": True, "changed": False}
+        # apt (#21): the transaction's call wrote them, with the pin, before the install.
+        host.variables["__nvidia_driver_transaction"] = {"changed": True, "changed_files": ["/etc/apt/preferences.d/gpuhost-nvidia-driver.pref"] + changed}
     elif changed is not None:
         host.variables["__nvidia_driver_modprobe"] = {"changed": bool(changed), "changed_files": changed}
     assert (host["__nvidia_driver_blacklist_changed"], host["__nvidia_driver_passthrough_changed"]) == (blacklist, passthrough)
@@ -376,22 +375,16 @@ def test_apt_writes_the_pin_and_modprobe_files_installs_and_regenerates_in_one_c
     assert names.index(render["name"]) < names.index("Install NVIDIA's pinning package before the driver") < names.index(transaction["name"])
     assert not [t for t in tasks if "block" in t or (t.get("ansible.builtin.apt") or {}).get("state") == "present"
                 and "pinning" not in t["ansible.builtin.apt"]["name"]]
-    # Kept by the set_fact right after the install.
-    tasks = _driver_tasks()
-    names = [t["name"] for t in tasks]
-    fact = next(t for t in tasks if "__nvidia_driver_modprobe_written" in t.get("ansible.builtin.set_fact", {}))
-    assert names.index(fact["name"]) == names.index("Install the driver packages") + 1
+    # Which modprobe.d files changed is read from the call's result (no set_fact keeps it: nothing registers over it).
+    assert not [t for t in _driver_tasks() if "__nvidia_driver_modprobe_written" in t.get("ansible.builtin.set_fact", {})]
     host = RoleVars("debian12")
     host.variables.update({"__nvidia_driver_pkg_mgr": "apt", "__nvidia_driver_transaction": {
         "changed_files": ["/etc/apt/preferences.d/gpuhost-nvidia-driver.pref", BLACKLIST], "packages": {"changed": True}},
         "__nvidia_driver_install_predicted": {"skipped": True, "changed": False}})
-    written = fact["ansible.builtin.set_fact"]["__nvidia_driver_modprobe_written"]
-    assert _template(host, written) == [BLACKLIST]
+    assert host["__nvidia_driver_modprobe_changed"] == [BLACKLIST]
     assert host["__nvidia_driver_packages_changed"] is True
     host.variables["__nvidia_driver_transaction"]["packages"] = {}
     assert host["__nvidia_driver_packages_changed"] is False
-    host.variables["__nvidia_driver_pkg_mgr"] = "dnf"
-    assert _template(host, written) == []
 
 
 def _registers(tasks):
