@@ -95,7 +95,7 @@ def boot_release_from_hint(hint: str | None) -> str | None:
     return name if _RELEASE_RE.match(name) else None
 
 
-DKMS_TREE = "var/lib/dkms"
+DKMS_TREE = "/var/lib/dkms"
 
 
 def _dirs(path: str) -> list[str]:
@@ -111,7 +111,7 @@ def dkms_registrations(root: str = "/") -> list[dict[str, t.Any]]:
     """The nvidia modules DKMS knows: ``[{module, version, built: [kernel], installed: [kernel]}]``, by module and version.
 
     A version with neither builds nor installs is only added (its sources registered, no kernel's headers yet)."""
-    tree = os.path.join(root, DKMS_TREE)
+    tree = _join(root, DKMS_TREE)
     found = []
     for module in _dirs(tree):
         if "nvidia" not in module:

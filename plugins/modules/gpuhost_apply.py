@@ -411,19 +411,19 @@ class Applier:
                            "before_header": path, "after_header": "%s (absent)" % path})
 
     def systemctl(self, *args: str) -> str:
-        argv = [self.module.get_bin_path("systemctl", required=True)] + list(args)
-        rc, out, err = self.module.run_command(argv, environ_update=C_ENV)
-        if rc != 0:
-            self.fail("systemctl %s failed: %s" % (" ".join(args), (err or out).strip()), rc=rc, cmd=argv)
+        return self.command([self.module.get_bin_path("systemctl", required=True)] + list(args), "systemctl " + " ".join(args))
+
+    def command(self, argv: list[str], label: str, environ: dict[str, str] | None = None, ok: tuple[int, ...] = (0,)) -> str:
+        """Run ``argv``; fail naming ``label`` and what the command said unless its exit status is in ``ok``."""
+        rc, out, err = self.module.run_command(argv, environ_update=environ or C_ENV)
+        if rc not in ok:
+            self.fail("%s failed: %s" % (label, (err or out).strip()), rc=rc, cmd=argv)
         return out
 
     def package_status(self, names: list[str]) -> dict[str, str]:
         argv = [self.module.get_bin_path("dpkg-query", required=True)] + _apt.status_argv(names)[1:]
         # rc 1 only says that some name is not installed: those print no line.
-        rc, out, err = self.module.run_command(argv, environ_update=_apt.APT_ENV)
-        if rc not in (0, 1):
-            self.fail("dpkg-query failed: %s" % (err or out).strip(), rc=rc, cmd=argv)
-        return _apt.parse_status(out)
+        return _apt.parse_status(self.command(argv, "dpkg-query", _apt.APT_ENV, ok=(0, 1)))
 
     def install(self, request: t.Mapping[str, t.Any]) -> tuple[dict[str, t.Any], str | None]:
         """The apt transaction of the specs the host does not satisfy (none: no apt-get); the result, and why it failed."""
@@ -446,12 +446,6 @@ class Applier:
             after = self.package_status(names)
             result["after"] = {name: after.get(name) for name in names}
         return result, None
-
-    def regenerate(self, regenerate: t.Mapping[str, t.Any]) -> None:
-        argv = list(regenerate["argv"])
-        rc, out, err = self.module.run_command(argv, environ_update=C_ENV)
-        if rc != 0:
-            self.fail("%s failed (rc %d): %s" % (" ".join(argv), rc, (err or out).strip()), rc=rc, cmd=argv)
 
     def unit_states(self, names: list[str]) -> dict[str, dict[str, str]]:
         if not names:
@@ -576,7 +570,7 @@ def main() -> None:
             not regenerate.get("if_exists") or os.path.exists(regenerate["if_exists"])))
         # Also when the install failed: the files it depends on changed, and the next run would find them unchanged.
         if regenerated and not run.check:
-            run.regenerate(regenerate)
+            run.command(list(regenerate["argv"]), " ".join(regenerate["argv"]))
         if failure is not None:
             run.fail(failure, packages=packages, regenerated=regenerated, changed_units=done)
     except _files.FileError as exc:
