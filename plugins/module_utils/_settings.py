@@ -21,9 +21,19 @@ from __future__ import annotations
 import fnmatch
 import re
 import typing as t
+from collections.abc import Mapping
+
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from ansible.module_utils.errors import UnsupportedError
 
 from ansible_collections.gpuhost.nvidia.plugins.module_utils import _gpu_schema, _validate
-from ansible_collections.gpuhost.nvidia.plugins.module_utils._common import STATE_OK, normalize_bus_id
+from ansible_collections.gpuhost.nvidia.plugins.module_utils._common import (
+    STATE_DRIVER_NOT_LOADED,
+    STATE_NO_GPU,
+    STATE_OK,
+    STATE_VERSION_MISMATCH,
+    normalize_bus_id,
+)
 from ansible_collections.gpuhost.nvidia.plugins.module_utils._gpu_schema import onoff
 
 # The facts schema's compute modes as the module's option spells them (nvidia-smi -c takes the same words).
@@ -108,6 +118,42 @@ RULES: dict[str, _validate.Rule] = {
 }
 
 
+def settings_options() -> dict[str, t.Any]:
+    """nvidia_smi_settings' options for the settings themselves: its argument_spec less ``reset_gpus`` and
+    ``state_path``. gpu_settings checks its gpu_settings_spec against the same options (:func:`spec_errors`)."""
+    return dict(
+        gpus=dict(type="list", elements="str", default=["all"]),
+        persistence_mode=dict(type="bool"),
+        compute_mode=dict(type="str", choices=list(COMPUTE_MODES)),
+        power_limit=dict(type="float"),
+        applications_clocks=dict(
+            type="dict",
+            options=dict(memory_mhz=dict(type="int"), graphics_mhz=dict(type="int"), reset=dict(type="bool")),
+            required_together=[["memory_mhz", "graphics_mhz"]],
+            required_one_of=[["memory_mhz", "reset"]],
+            mutually_exclusive=[["memory_mhz", "reset"], ["graphics_mhz", "reset"]],
+        ),
+        locked_clocks=dict(
+            type="dict",
+            options=dict(min_mhz=dict(type="int"), max_mhz=dict(type="int"), reset=dict(type="bool")),
+            required_together=[["min_mhz", "max_mhz"]],
+            required_one_of=[["min_mhz", "reset"]],
+            mutually_exclusive=[["min_mhz", "reset"], ["max_mhz", "reset"]],
+        ),
+        ecc=dict(type="bool"),
+        mig=dict(type="bool"),
+        mig_layout=dict(
+            type="list",
+            elements="dict",
+            options=dict(
+                profile=dict(type="str", required=True),
+                count=dict(type="int", default=1),
+                compute_instances=dict(type="list", elements="str"),
+            ),
+        ),
+    )
+
+
 def check_options(params: t.Mapping[str, t.Any]) -> list[str]:
     """Everything wrong with the options that no GPU is needed to see."""
     errors = _validate.check(params, RULES)
@@ -142,6 +188,62 @@ def check_params(params: t.Mapping[str, t.Any]) -> list[str]:
     if not errors:
         errors = check_request(desired_from_params(params))
     return errors
+
+
+def spec_errors(spec: t.Any) -> list[str]:
+    """Everything wrong with a settings spec (gpu_settings' gpu_settings_spec: options of the module) that the module
+    would refuse on any host: Ansible's own check of the options the module declares (types, choices, the clock pairs),
+    then :func:`check_params`. The role runs it on the controller before it changes anything; empty when all is well."""
+    if not isinstance(spec, Mapping):
+        return ["must be a dict of nvidia_smi_settings options, got %s" % type(spec).__name__]
+    checked = ArgumentSpecValidator(settings_options()).validate(dict(spec))
+    if checked.error_messages:
+        # As the module words an unknown option ("Unsupported parameters for ... module: foo. Supported ...").
+        return [("unsupported option " if isinstance(error, UnsupportedError) else "") + error.msg for error in checked.errors]
+    return check_params(dict(checked.validated_parameters))
+
+
+# Host states where there is nothing to configure yet: the module reports them and is skipped, never a failure.
+QUIET_STATES = (STATE_DRIVER_NOT_LOADED, STATE_NO_GPU, STATE_VERSION_MISMATCH)
+
+
+def empty_result(state: str, msg: str, source: str | None, messages: list[str]) -> dict[str, t.Any]:
+    """The module's result keys for a run that looked at no GPU and changed nothing."""
+    return dict(
+        changed=False,
+        state=state,
+        msg=msg,
+        source=source,
+        messages=messages,
+        gpus=[],
+        reboot_required=False,
+        reset_required=False,
+        reasons=[],
+        applied=[],
+        diff={"before": {}, "after": {}},
+    )
+
+
+def idle_result(facts: t.Any) -> dict[str, t.Any] | None:
+    """The module's result on a host whose GPU facts (``ansible_facts.nvidia_gpu``, read on that host in the same run)
+    leave nothing to apply, without calling the module; None when only the module can tell.
+
+    Two states, each one the module reaches too (tests/unit/settings/test_settings_idle.py): no NVIDIA GPU on the PCI
+    bus (``no_gpu``, ``present`` false), and GPUs with no nvidia kernel module loaded (``driver_not_loaded``). NVML and
+    nvidia-smi need the module, so neither could read a GPU's settings, let alone change one."""
+    if not isinstance(facts, Mapping):
+        return None
+    state = facts.get("state")
+    driver = facts.get("driver") if isinstance(facts.get("driver"), Mapping) else {}
+    if state == STATE_NO_GPU and facts.get("present") is False:
+        why = "no NVIDIA GPU on the PCI bus"
+    elif state == STATE_DRIVER_NOT_LOADED and driver.get("kernel_module_loaded") is False:
+        why = "the nvidia kernel module is not loaded"
+    else:
+        return None
+    messages = [m for m in facts.get("messages") or [] if isinstance(m, str) and m]
+    note = "the GPU facts of this run: %s; nothing to apply (the settings module was not called)" % why
+    return dict(empty_result(state, note, None, messages), skipped=True)
 
 
 # -- naming ---------------------------------------------------------------------------------------------------

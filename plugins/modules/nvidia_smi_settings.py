@@ -308,66 +308,15 @@ import typing as t
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuhost.nvidia.plugins.module_utils import _files, _settings, _settings_apply
-from ansible_collections.gpuhost.nvidia.plugins.module_utils._common import (
-    STATE_DRIVER_NOT_LOADED,
-    STATE_NO_GPU,
-    STATE_OK,
-    STATE_VERSION_MISMATCH,
-)
-
-# Host states where there is nothing to configure yet: reported, never a failure.
-QUIET_STATES = (STATE_DRIVER_NOT_LOADED, STATE_NO_GPU, STATE_VERSION_MISMATCH)
+from ansible_collections.gpuhost.nvidia.plugins.module_utils._common import STATE_NO_GPU, STATE_OK
 
 
+# The settings options live with the planner, which gpu_settings' check of its spec runs on the controller too.
 def argument_spec() -> dict[str, t.Any]:
     return dict(
-        gpus=dict(type="list", elements="str", default=["all"]),
-        persistence_mode=dict(type="bool"),
-        compute_mode=dict(type="str", choices=list(_settings.COMPUTE_MODES)),
-        power_limit=dict(type="float"),
-        applications_clocks=dict(
-            type="dict",
-            options=dict(memory_mhz=dict(type="int"), graphics_mhz=dict(type="int"), reset=dict(type="bool")),
-            required_together=[["memory_mhz", "graphics_mhz"]],
-            required_one_of=[["memory_mhz", "reset"]],
-            mutually_exclusive=[["memory_mhz", "reset"], ["graphics_mhz", "reset"]],
-        ),
-        locked_clocks=dict(
-            type="dict",
-            options=dict(min_mhz=dict(type="int"), max_mhz=dict(type="int"), reset=dict(type="bool")),
-            required_together=[["min_mhz", "max_mhz"]],
-            required_one_of=[["min_mhz", "reset"]],
-            mutually_exclusive=[["min_mhz", "reset"], ["max_mhz", "reset"]],
-        ),
-        ecc=dict(type="bool"),
-        mig=dict(type="bool"),
-        mig_layout=dict(
-            type="list",
-            elements="dict",
-            options=dict(
-                profile=dict(type="str", required=True),
-                count=dict(type="int", default=1),
-                compute_instances=dict(type="list", elements="str"),
-            ),
-        ),
+        _settings.settings_options(),
         reset_gpus=dict(type="bool", default=False),
         state_path=dict(type="path", default=_files.RUN_STATE_DIR + "/nvidia_smi_settings.json"),
-    )
-
-
-def _empty_result(state: str, msg: str, source: str | None, messages: list[str]) -> dict[str, t.Any]:
-    return dict(
-        changed=False,
-        state=state,
-        msg=msg,
-        source=source,
-        messages=messages,
-        gpus=[],
-        reboot_required=False,
-        reset_required=False,
-        reasons=[],
-        applied=[],
-        diff={"before": {}, "after": {}},
     )
 
 
@@ -384,7 +333,7 @@ def _fail(module: AnsibleModule, errors: list[str], **result: t.Any) -> t.NoRetu
 
 def _nothing_done(source: str | None) -> dict[str, t.Any]:
     """The result keys of a run that changed nothing (without msg)."""
-    return {k: v for k, v in _empty_result(STATE_OK, "", source, []).items() if k != "msg"}
+    return {k: v for k, v in _settings.empty_result(STATE_OK, "", source, []).items() if k != "msg"}
 
 
 def _failed_applying(module: AnsibleModule, exc: _settings_apply.ApplyError, backend: _settings_apply.Backend) -> t.NoReturn:
@@ -432,14 +381,14 @@ def main() -> None:
     with _settings_apply.Session() as session:
         current = _settings_apply.read_state(session, run, smi_binary, record)
         if current["state"] != STATE_OK:
-            result = _empty_result(current["state"], current["message"], None, current["messages"])
-            if current["state"] in QUIET_STATES:
+            result = _settings.empty_result(current["state"], current["message"], None, current["messages"])
+            if current["state"] in _settings.QUIET_STATES:
                 module.exit_json(skipped=True, **result)
             module.fail_json(**result)
         source, backend = current["source"], current["backend"]
         host = _settings.plan_host(desired, current["views"], params, source, current["messages"], bool(smi_binary))
         if host["skip"]:
-            module.exit_json(skipped=True, **_empty_result(STATE_NO_GPU, host["skip"], source, current["messages"]))
+            module.exit_json(skipped=True, **_settings.empty_result(STATE_NO_GPU, host["skip"], source, current["messages"]))
         if host["errors"]:
             _fail(module, host["errors"], **_nothing_done(source))
         if host["changed"] and not module.check_mode:
