@@ -178,6 +178,16 @@ def _regenerate_problems(regenerate: t.Mapping[str, t.Any] | None, changing: t.C
     return problems
 
 
+# When gpuhost_apply gathers the GPU facts (its gpu_facts option).
+GPU_FACTS_WHEN = ("never", "installed", "always")
+
+
+def gpu_facts_due(when: str, packages: t.Mapping[str, t.Any] | None) -> bool:
+    """Whether to gather the GPU facts last: ``always``, or ``installed`` when the packages step installed something (in
+    check mode: would install)."""
+    return when == "always" or (when == "installed" and bool((packages or {}).get("installed")))
+
+
 def regenerate_due(regenerate: t.Mapping[str, t.Any] | None, changed_paths: t.Collection[str], tool_exists: bool) -> bool:
     """Whether to run ``regenerate``: one of its ``when_changed`` paths changed in this call, and its ``if_exists`` path
     exists (``tool_exists``; a host without the tool has nothing to regenerate)."""

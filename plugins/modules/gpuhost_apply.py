@@ -200,8 +200,26 @@ options:
       if_exists:
         description: Run only when this path exists when the command is due (the tool's path; a host without it has nothing to rebuild).
         type: str
+  gpu_facts:
+    description:
+      - Gather C(ansible_facts.nvidia_gpu) last, after everything else this call does, as M(gpuhost.nvidia.nvidia_gpu_facts)
+        gathers them (its default backends and groups, under O(gpu_facts_root)), and return them, so that the tasks after
+        this one see the host as the call left it without a call of their own.
+      - V(installed) - only when the O(packages) step installed something (in check mode - would install).
+        V(always) - every time. V(never) - not at all.
+      - Read-only, so check mode gathers too (the host as it is - nothing was installed).
+    type: str
+    choices: [never, installed, always]
+    default: never
+  gpu_facts_root:
+    description:
+      - As M(gpuhost.nvidia.nvidia_gpu_facts)'s O(gpuhost.nvidia.nvidia_gpu_facts#module:root) - sysfs, C(/proc) and
+        C(/dev) under another root. Checked before anything is changed.
+    type: path
+    default: /
 seealso:
   - module: gpuhost.nvidia.gpuhost_converged
+  - module: gpuhost.nvidia.nvidia_gpu_facts
 notes:
   - Unit files and drop-ins are recognised by their directory; a unit file of a unit listed in O(units) that this call
     writes for the first time is loaded by the C(daemon-reload) before the unit is switched.
@@ -310,6 +328,20 @@ regenerated:
   returned: always
   type: bool
   sample: true
+gpu_facts_gathered:
+  description: Whether this call gathered the GPU facts (O(gpu_facts)).
+  returned: always
+  type: bool
+  sample: true
+ansible_facts:
+  description: C(nvidia_gpu), the GPU facts as M(gpuhost.nvidia.nvidia_gpu_facts) returns them, when RV(gpu_facts_gathered).
+  returned: when RV(gpu_facts_gathered)
+  type: dict
+  contains:
+    nvidia_gpu:
+      description: The facts schema of M(gpuhost.nvidia.nvidia_gpu_facts).
+      type: dict
+  sample: {nvidia_gpu: {present: false, state: no_gpu}}
 backups:
   description: The backup copy of each replaced file with O(files[].backup=true).
   returned: always
@@ -463,8 +495,17 @@ def check(module: AnsibleModule) -> None:
     params = module.params
     problems = _apply.check_request(params["directories"], params["files"], params["absent"], params["units"], params["packages"],
                                     params["regenerate"])
+    if params["gpu_facts"] != "never":
+        problems += _facts().root_errors(params["gpu_facts_root"], "gpu_facts_root")
     if problems:
         module.fail_json(msg="gpuhost_apply: %s" % "; ".join(problems), problems=problems)
+
+
+def _facts() -> t.Any:
+    """The GPU facts code, imported only by a call that gathers them: the others do not compile it on the host."""
+    from ansible_collections.gpuhost.nvidia.plugins.module_utils import _facts  # pylint: disable=import-outside-toplevel
+
+    return _facts
 
 
 def switch_units(run: Applier, units: list[dict[str, t.Any]], states: dict[str, dict[str, str]], written: dict[str, str],
@@ -525,6 +566,8 @@ def main() -> None:
             regenerate=dict(type="dict", options=dict(
                 argv=dict(type="list", elements="str", required=True), when_changed=dict(type="list", elements="str", required=True),
                 if_exists=dict(type="str"))),
+            gpu_facts=dict(type="str", choices=list(_apply.GPU_FACTS_WHEN), default="never"),
+            gpu_facts_root=dict(type="path", default="/"),
         ),
         supports_check_mode=True,
     )
@@ -577,9 +620,13 @@ def main() -> None:
         run.fail(str(exc), path=exc.path)
     changed_units = {name: _apply.describe(verbs) for name, verbs in done.items()}
     changed = bool(run.changed_files or run.removed or changed_units or regenerated or (packages or {}).get("changed"))
+    gathered = _apply.gpu_facts_due(params["gpu_facts"], packages)
     result: dict[str, t.Any] = dict(changed=changed, changed_files=run.changed_files, removed=run.removed, changed_units=changed_units,
                                     units=states, missing_units=missing, notes=notes, daemon_reloaded=reloaded, backups=run.backups,
-                                    packages=packages or {}, regenerated=regenerated, diff=run.diffs)
+                                    packages=packages or {}, regenerated=regenerated, gpu_facts_gathered=gathered, diff=run.diffs)
+    if gathered:
+        # Last: the host as this call left it (the packages installed, the initramfs regenerated).
+        result["ansible_facts"] = {"nvidia_gpu": _facts().gather_on_host(module, root=params["gpu_facts_root"])}
     module.exit_json(**result)
 
 

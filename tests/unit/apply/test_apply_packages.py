@@ -178,3 +178,39 @@ def test_the_commands_against_the_real_dpkg_query_and_apt_get():
                          text=True, check=False, env=dict(os.environ, **_apt.APT_ENV))
     assert dry.returncode == 0, dry.stderr
     assert "0 upgraded, 0 newly installed" in dry.stdout, dry.stdout
+
+
+# gpu_facts (#21): the driver's transaction hands back the GPU facts of the host it left, instead of a call of its own.
+def _no_gpu_root(tmp_path):
+    import fake_pynvml  # pylint: disable=import-outside-toplevel
+    import sysfs  # pylint: disable=import-outside-toplevel
+
+    return sysfs.build(str(tmp_path / "root"), fake_pynvml.load_profile("no_gpu"))
+
+
+def test_the_gpu_facts_are_gathered_after_an_install_only(run_module, apt, tmp_path):
+    args = dict(request(tmp_path, ["nvidia-smi=535.*"]), gpu_facts="installed", gpu_facts_root=_no_gpu_root(tmp_path))
+    predicted = run_module(gpuhost_apply, args, check_mode=True, bins=BINS)
+    assert predicted["gpu_facts_gathered"] and predicted["ansible_facts"]["nvidia_gpu"]["state"] == "no_gpu"
+    done = run_module(gpuhost_apply, args, bins=BINS)
+    assert done["gpu_facts_gathered"] and done["ansible_facts"]["nvidia_gpu"]["present"] is False
+    # the facts come last: after the transaction's second dpkg-query and the regeneration
+    assert tools(apt)[-2:] == ["dpkg-query", "update-initramfs"]
+    again = run_module(gpuhost_apply, args, bins=BINS)
+    assert not again["changed"] and again["gpu_facts_gathered"] is False and "ansible_facts" not in again
+
+
+@pytest.mark.parametrize("when, gathered", [("always", True), ("never", False)])
+def test_the_gpu_facts_always_or_never(run_module, apt, tmp_path, when, gathered):
+    apt.installed["nvidia-smi"] = "535.261.03-1"
+    args = dict(request(tmp_path, ["nvidia-smi=535.*"]), gpu_facts=when, gpu_facts_root=_no_gpu_root(tmp_path))
+    result = run_module(gpuhost_apply, args, bins=BINS)
+    assert result["gpu_facts_gathered"] is gathered and ("ansible_facts" in result) is gathered
+
+
+@pytest.mark.parametrize("root", ["relative/root", "/nonexistent/gpuhost-root", "/tmp/\nroot"])
+def test_a_facts_root_that_cannot_be_read_is_refused_before_anything(run_module, apt, tmp_path, root):
+    args = dict(request(tmp_path, ["nvidia-smi=535.*"]), gpu_facts="installed", gpu_facts_root=root)
+    result = run_module(gpuhost_apply, args, bins=BINS)
+    assert result["failed"] and "gpu_facts_root" in result["msg"], result
+    assert apt.calls == [] and not os.path.exists(tmp_path / "pin.pref")
