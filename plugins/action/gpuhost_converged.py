@@ -23,7 +23,6 @@ this controller run (``run_identity``), and ``state: flush`` at the end of the r
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import typing as t
 import uuid
@@ -36,6 +35,8 @@ from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpuhost.nvidia.plugins.module_utils import _converged, _files
+# plain: what the observation's registered variable and fact hold, as plain JSON types.
+from ansible_collections.gpuhost.nvidia.plugins.plugin_utils._filter_args import plain
 
 RECORD_DIR = _files.STATE_DIR + "/converged"
 FACT_KEYS = ("distribution", "distribution_version", "distribution_release", "os_family", "kernel", "architecture", "pkg_mgr")
@@ -81,11 +82,6 @@ def run_identity() -> str:
     """This controller run: Ansible makes its local temporary directory anew (mkdtemp) for every run, at start-up,
     before the workers fork, so every task of the run sees the same one and no other run does."""
     return hashlib.sha256(str(C.DEFAULT_LOCAL_TMP).encode("utf-8", "surrogateescape")).hexdigest()[:32]
-
-
-def plain(data: t.Any) -> t.Any:
-    """``data`` as plain JSON types: what the observation's registered variable and fact hold, without templating it."""
-    return json.loads(json.dumps(data, default=str))
 
 
 class ActionModule(ActionBase):
