@@ -15,6 +15,9 @@ import subprocess
 
 import pytest
 
+import fake_pynvml
+import sysfs
+
 from ansible.module_utils import basic
 
 from ansible_collections.gpuhost.nvidia.plugins.module_utils import _apply, _apt
@@ -182,9 +185,6 @@ def test_the_commands_against_the_real_dpkg_query_and_apt_get():
 
 # gpu_facts (#21): the driver's transaction hands back the GPU facts of the host it left, instead of a call of its own.
 def _no_gpu_root(tmp_path):
-    import fake_pynvml  # pylint: disable=import-outside-toplevel
-    import sysfs  # pylint: disable=import-outside-toplevel
-
     return sysfs.build(str(tmp_path / "root"), fake_pynvml.load_profile("no_gpu"))
 
 
