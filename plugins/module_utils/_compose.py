@@ -566,16 +566,22 @@ def vm_resources(facts: dict[str, t.Any] | None) -> tuple[list[str], list[dict[s
     elif not isinstance(version, str) or not _VERSION_RE.fullmatch(version):
         missing.append("a driver version such as 580.65.06 (the facts say %s)" % show(version))
     paths = library_paths(facts)
-    libs: dict[str, str] = {}
+    files = driver.get("library_files")
+    libs: dict[str, tuple[str, str | None]] = {}
     for soname, keys in LIBRARY_KEYS.items():
         path = next((paths[k] for k in keys if paths.get(k)), None)
+        # The file the soname resolves to, where the facts say (older facts do not): a distribution may link
+        # /lib/libcuda.so.1 to a file in another directory, where the versioned name beside the link does not exist.
+        real = files.get(keys[0]) if isinstance(files, dict) else None
         if not path:
             missing.append("the path of %s (nvidia_gpu.driver.library_paths.%s)" % (soname, keys[0]))
-        elif (not isinstance(path, str) or not os.path.isabs(path) or bad_character(path) or any(c.isspace() for c in path)
-              or any(part in (".", "..") for part in path.split("/")) or len(path) > 4096):
+        elif not _plain_abs_path(path):
             missing.append("an absolute path of %s (the facts say %s)" % (soname, show(path)))
+        elif real is not None and not _plain_abs_path(real):
+            missing.append("an absolute path of the file %s resolves to (nvidia_gpu.driver.library_files.%s says %s)"
+                           % (soname, keys[0], show(real)))
         else:
-            libs[soname] = path
+            libs[soname] = (path, real)
     listed = facts.get("device_nodes") if isinstance(facts.get("device_nodes"), list) else []
     nodes = [n for n in listed if isinstance(n, str) and n.startswith("/dev/nvidia")]
     strange = [n for n in nodes if not _DEVICE_NODE_RE.fullmatch(n) or "/../" in n + "/" or "/./" in n + "/"]
@@ -587,12 +593,21 @@ def vm_resources(facts: dict[str, t.Any] | None) -> tuple[list[str], list[dict[s
         raise ComposeError("vm_mode: the facts lack %s; refusing to guess" % "; ".join(missing))
     devices = ["%s:%s" % (n, n) for n in nodes]
     volumes = []
-    for soname, path in libs.items():
+    for soname, (path, real) in libs.items():
         directory = os.path.dirname(path)
         base = soname.rsplit(".so", 1)[0]
-        for source in dict.fromkeys((path, os.path.join(directory, "%s.so.%s" % (base, version)))):
-            volumes.append({"type": "bind", "source": source, "target": source, "read_only": True})
+        volumes.append({"type": "bind", "source": path, "target": path, "read_only": True})
+        # The versioned file goes beside the soname in the container, wherever it is on the host.
+        versioned = os.path.join(directory, os.path.basename(real) if real else "%s.so.%s" % (base, version))
+        if versioned != path:
+            volumes.append({"type": "bind", "source": real or versioned, "target": versioned, "read_only": True})
     return devices, volumes
+
+
+def _plain_abs_path(path: t.Any) -> bool:
+    """An absolute path without control characters, whitespace, ``.`` or ``..`` parts, at most 4096 characters."""
+    return (isinstance(path, str) and os.path.isabs(path) and not bad_character(path) and not any(c.isspace() for c in path)
+            and not any(part in (".", "..") for part in path.split("/")) and len(path) <= 4096)
 
 
 # --------------------------------------------------------------------------------------------------- build

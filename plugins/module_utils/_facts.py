@@ -248,6 +248,7 @@ def gather_facts(
         "nvml_version": rich_driver["nvml_version"],
         "library_version": pci["library_version"],
         "library_paths": pci["library_paths"],
+        "library_files": pci.get("library_files") or {key: None for key in pci["library_paths"]},
     }
     reasons = _reboot_reasons(gpus, state, kernel, pci["library_version"])
     return {

@@ -390,5 +390,6 @@ def scan(root: str = "/", kernel_release: str | None = None) -> dict[str, t.Any]
         "device_nodes": device_nodes(root),
         "kernel_module": kernel_module(root, kernel_release),
         "library_paths": libraries,
+        "library_files": {key: _resolve_in_root(root, path) if path else None for key, path in libraries.items()},
         "library_version": library_version(root, libraries["nvml"]),
     }

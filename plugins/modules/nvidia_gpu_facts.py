@@ -227,6 +227,25 @@ ansible_facts:
                   returned: always
                   type: str
                   sample: /usr/lib/x86_64-linux-gnu/libcuda.so.1
+            library_files:
+              description:
+                - The file each library in RV(ansible_facts.nvidia_gpu.driver.library_paths) resolves to, symbolic links
+                  followed. It may be in another directory than the link (C(/lib/libcuda.so.1) linking to a driver
+                  tree elsewhere, as on NixOS-style hosts); C(gpu_compose_override)'s VM mode mounts this file.
+                - Each value is null when the library is not found.
+              returned: always
+              type: dict
+              contains:
+                nvml:
+                  description: The file C(libnvidia-ml.so.1) resolves to.
+                  returned: always
+                  type: str
+                  sample: /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.54.15
+                cuda:
+                  description: The file C(libcuda.so.1) resolves to.
+                  returned: always
+                  type: str
+                  sample: /usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15
         gpus:
           description:
             - One entry per GPU. The GPUs that NVML or C(nvidia-smi) lists come first, in their index order. The GPUs

@@ -387,6 +387,31 @@ def test_vm_mode_without_driver_facts_names_each_missing_piece(facts):
     assert msg.endswith("refusing to guess")
 
 
+def test_vm_mode_mounts_the_file_the_soname_resolves_to(facts):
+    # Seen on a real H200 host (580.159.04): /lib/libcuda.so.1 links into /usr/local/nvidia/lib64, and
+    # /lib/libcuda.so.580.159.04 does not exist. The versioned file is mounted from where it is, beside the soname.
+    f = facts("two_h100")
+    f["driver"]["library_paths"] = {"nvml": "/lib/libnvidia-ml.so.1", "cuda": "/lib/libcuda.so.1"}
+    f["driver"]["library_files"] = {"nvml": "/usr/local/nvidia/lib64/libnvidia-ml.so.550.54.15",
+                                    "cuda": "/usr/local/nvidia/lib64/libcuda.so.550.54.15"}
+    volumes = build(f, {"name": "a"}, vm_mode=True).services["a"]["volumes"]
+    assert [(v["source"], v["target"]) for v in volumes] == [
+        ("/lib/libnvidia-ml.so.1", "/lib/libnvidia-ml.so.1"),
+        ("/usr/local/nvidia/lib64/libnvidia-ml.so.550.54.15", "/lib/libnvidia-ml.so.550.54.15"),
+        ("/lib/libcuda.so.1", "/lib/libcuda.so.1"),
+        ("/usr/local/nvidia/lib64/libcuda.so.550.54.15", "/lib/libcuda.so.550.54.15"),
+    ]
+    assert all(v["read_only"] for v in volumes)
+
+
+@pytest.mark.parametrize("bad", ["relative/libcuda.so.1", "/lib/../etc/shadow", "/lib/libcuda.so.1\n", "/lib/lib cuda", 5, ["/x"]])
+def test_vm_mode_refuses_an_odd_library_file(facts, bad):
+    f = facts("two_h100")
+    f["driver"]["library_files"] = {"nvml": None, "cuda": bad}
+    with pytest.raises(c.ComposeError, match=r"the file libcuda.so.1 resolves to \(nvidia_gpu.driver.library_files.cuda says"):
+        build(f, {"name": "a"}, vm_mode=True)
+
+
 def test_vm_mode_without_any_facts():
     with pytest.raises(c.ComposeError, match=r"vm_mode needs the nvidia_gpu facts"):
         build(None, {"name": "a"}, vm_mode=True)

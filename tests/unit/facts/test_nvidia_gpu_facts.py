@@ -76,6 +76,7 @@ def test_h100_exact(fake_nvml, host_tree, run_module):
         "nvml_version": "12.550.54.15",
         "library_version": "550.54.15",
         "library_paths": {"nvml": "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1", "cuda": "/usr/lib/x86_64-linux-gnu/libcuda.so.1"},
+        "library_files": {"nvml": "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.54.15", "cuda": "/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15"},
     }
     assert [(g["index"], g["pci_bus_id"], g["numa_node"], g["iommu_group"]) for g in facts["gpus"]] == [
         (0, "0000:18:00.0", 0, 40), (1, "0000:2a:00.0", 0, 41), (2, "0000:3a:00.0", 0, 42), (3, "0000:5d:00.0", 0, 43),
@@ -178,6 +179,7 @@ def test_driver_not_loaded_via_nvml(fake_nvml, host_tree, run_module):
         "version": "535.261.03", "branch": "535", "cuda_version": "12.2", "kernel_module_type": "proprietary",
         "kernel_module_loaded": False, "kernel_module_version": None, "nvml_version": None, "library_version": "535.261.03",
         "library_paths": {"nvml": "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1", "cuda": "/usr/lib/x86_64-linux-gnu/libcuda.so.1"},
+        "library_files": {"nvml": "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.535.261.03", "cuda": "/usr/lib/x86_64-linux-gnu/libcuda.so.535.261.03"},
     }
     assert facts["gpus"][0]["architecture"] == "Hopper" and facts["gpus"][0]["message"] == "seen on the PCI bus only (no driver bound)"
 

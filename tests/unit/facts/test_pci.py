@@ -141,3 +141,22 @@ def test_classify():
     assert _pci.classify(0x068000) == "nvswitch"
     assert _pci.classify(0x060400) == "bridge"
     assert _pci.classify(0x120000) == "other"
+
+
+def test_library_in_another_directory_is_reported_as_its_file(tmp_path):
+    # The layout of the H200 capture (tests/unit/fixtures/captured, 580.159.04 on a NixOS-style host):
+    # /lib/libnvidia-ml.so.1 is an absolute link into another tree; the versioned name beside it does not exist.
+    real = tmp_path / "usr/local/nvidia/lib64"
+    real.mkdir(parents=True)
+    (tmp_path / "lib").mkdir()
+    for soname, versioned in (("libnvidia-ml.so.1", "libnvidia-ml.so.580.159.04"), ("libcuda.so.1", "libcuda.so.580.159.04")):
+        (real / versioned).write_bytes(b"")
+        os.symlink("/usr/local/nvidia/lib64/" + versioned, str(tmp_path / "lib" / soname))
+    result = _pci.scan(str(tmp_path))
+    assert result["library_paths"] == {"nvml": "/lib/libnvidia-ml.so.1", "cuda": "/lib/libcuda.so.1"}
+    assert result["library_files"] == {
+        "nvml": "/usr/local/nvidia/lib64/libnvidia-ml.so.580.159.04",
+        "cuda": "/usr/local/nvidia/lib64/libcuda.so.580.159.04",
+    }
+    assert result["library_version"] == "580.159.04"
+    assert not (tmp_path / "lib/libcuda.so.580.159.04").exists()
