@@ -31,7 +31,7 @@ def test_modules_table_names_every_module():
 def test_state_records_are_the_modules_defaults():
     from ansible_collections.gpuhost.nvidia.plugins.module_utils import _files
     records = re.findall(r"^\| `(/[^`]+)` \|", _section("State records"), re.M)
-    assert len(records) == 6
+    assert len(records) == 7
     sources = "".join(p.read_text(encoding="utf-8") for p in (ROOT / "plugins" / "modules").glob("*.py"))
     for record in records:
         assert record.startswith((_files.STATE_DIR + "/", _files.RUN_STATE_DIR + "/")), record
