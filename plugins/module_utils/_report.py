@@ -174,8 +174,6 @@ def _read_host(entry: t.Any, position: int, name: t.Any) -> dict[str, t.Any]:
     driver = read.mapping(facts.get("driver"), "facts.driver")
     gpus = read.items(facts.get("gpus"), "facts.gpus")
     reboot = facts.get("reboot_required")
-    if reboot is not None and not isinstance(reboot, bool):
-        read.bad(f"facts.reboot_required is {_kind(reboot)}, not true or false")
     problems: list[str] = []
     if status == "ok":
         doctor = read.mapping(entry.get("doctor"), "doctor")
@@ -201,11 +199,14 @@ def _read_host(entry: t.Any, position: int, name: t.Any) -> dict[str, t.Any]:
         problems = [_first_line(entry["error"])]
     else:
         problems = ["host unreachable"]
+    if reboot is not None and not isinstance(reboot, bool):
+        # Fail closed: a reboot flag that is not true or false is unknown, not "no reboot needed".
+        problems.append(f"facts.reboot_required is {_kind(reboot)}, not true or false")
     out = {
         "host": host, "status": status, "problems": problems,
         "driver": read.text(driver.get("version"), "facts.driver.version"),
         "cuda": read.text(driver.get("cuda_version"), "facts.driver.cuda_version"),
-        "reboot": ("yes" if reboot is True else "no") if facts else "",
+        "reboot": ("yes" if reboot is True else "no" if reboot is None or reboot is False else "unknown") if facts else "",
         "facts_seen": bool(facts),
         "gpus": [],
     }
@@ -254,7 +255,7 @@ def fleet_report(hosts: t.Iterable[t.Any], generated_at: str = "", names: t.Sequ
         statuses[status] += 1
         if host["facts_seen"]:
             drivers[host["driver"] or "none"] += 1
-            reboot["reboot needed" if host["reboot"] == "yes" else "no reboot needed"] += 1
+            reboot[{"yes": "reboot needed", "no": "no reboot needed"}.get(host["reboot"], "unknown")] += 1
         else:
             reboot["unknown"] += 1
         base = {key: host[key] for key in ("host", "status", "driver", "cuda", "reboot")}

@@ -269,8 +269,6 @@ MALFORMED_CASES: list[tuple[str, t.Callable[[dict[str, t.Any]], t.Any], str]] = 
     ("gpu name mapping", _set("facts.gpus.0.name", {"=1": 1}), "facts.gpus[0].name is a mapping"),
     ("gpu mig list", _set("facts.gpus.0.mig", ["Enabled"]), "facts.gpus[0].mig is a list"),
     ("gpu binding list", _set("facts.gpus.0.bound_driver", ["nvidia"]), "facts.gpus[0].bound_driver is a list"),
-    ("reboot string", _set("facts.reboot_required", "no"), "facts.reboot_required is a string"),
-    ("reboot number", _set("facts.reboot_required", 1), "facts.reboot_required is an integer"),
     ("doctor string", _set("doctor", "all good"), "doctor is a string"),
     ("doctor list", _set("doctor", [{"status": "ok"}]), "doctor is a list"),
     ("doctor number", _set("doctor", 0), "doctor is an integer"),
@@ -401,6 +399,18 @@ def test_a_missing_doctor_result_is_unknown_not_ok():
     del entry["doctor"]
     report = gpu_fleet_report([entry])
     assert {r["status"] for r in report["rows"]} == {"unknown"} and report["rows"][0]["problems"] == "no doctor result"
+
+
+@pytest.mark.parametrize("value, kind", [("no", "a string"), (1, "an integer"), (0, "an integer"), (NAN, "a number"), ([], "a list")])
+def test_a_reboot_flag_that_is_not_true_or_false_is_unknown(value, kind):
+    entry = good_host("odd")
+    entry["facts"]["reboot_required"] = value
+    report = gpu_fleet_report([entry, good_host("good1")])
+    odd = [r for r in report["rows"] if r["host"] == "odd"]
+    assert len(odd) == 2 and {r["reboot"] for r in odd} == {"unknown"} and {r["status"] for r in odd} == {"ok"}
+    assert f"facts.reboot_required is {kind}, not true or false" in odd[0]["problems"]
+    assert report["charts"]["reboot"] == {"unknown": 1, "no reboot needed": 1}
+    strict_json(gpu_fleet_report([entry], form="json"))
 
 
 def test_failed_host_without_an_error_says_so():
