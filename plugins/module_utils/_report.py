@@ -8,9 +8,11 @@ Private to this collection: no compatibility promise outside gpuhost.nvidia.
 
 :func:`fleet_report` turns one entry per inventory host (``{host, status, facts, doctor, error}``, where status is
 ``ok``, ``failed`` or ``unreachable``) into rows, one per GPU (a host without GPUs, or one that could not be read, gets
-one row of its own: nobody is dropped), problems first. :func:`report_csv` and :func:`report_html` render it; the page
-is self-contained (inline CSS, JavaScript and SVG charts, no external asset). :func:`file_sd` builds Prometheus'
-file-based service discovery from the exporter targets.
+one row of its own: nobody is dropped), problems first. A host's values are hostile input: an entry of the wrong shape
+is one ``malformed facts`` row with the reasons, and no value keeps a control character. :func:`report_csv`,
+:func:`report_json` and :func:`report_html` render it (a CSV a spreadsheet reads as text, strict JSON, a
+self-contained page with inline CSS, JavaScript and SVG charts). :func:`file_sd` builds Prometheus' file-based service
+discovery from the exporter targets, refusing every target that is not ``host:port``.
 """
 
 from __future__ import annotations

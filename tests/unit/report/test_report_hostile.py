@@ -347,7 +347,7 @@ NUMBER_CASES: list[tuple[str, t.Callable[[dict[str, t.Any]], t.Any], dict[str, t
     ("index text", _set("facts.gpus.0.index", "=1"), {"gpu": "0000:01:00.0"}),
     ("mig number", _set("facts.gpus.0.mig", 1), {"mig": "1"}),
     ("check status number", _set("doctor.checks.0.status", 3), {"problems": "driver_loaded: 3"}),
-    ("check id number", lambda e: _set("doctor.checks.0", {"id": 12, "status": "warn"})(e), {"problems": "12: warn"}),
+    ("check id number", _set("doctor.checks.0", {"id": 12, "status": "warn"}), {"problems": "12: warn"}),
 ]
 
 
