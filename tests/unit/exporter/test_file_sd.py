@@ -260,3 +260,28 @@ def test_playbook_refuses_a_bad_target_by_host_and_writes_nothing(local_play, tm
         assert "host 'gpu-bad'" in message and "'gpu-bad:9400'" in message and "host 'gpu-port'" in message, message
         assert "70000" in message and "gpu_exporter_scrape_host" in message and "gpu_exporter_port" in message
         assert not path.parent.exists(), "nothing written, not even the directory"
+
+
+def test_playbook_checks_the_scrape_address_before_installing_anything(local_play, tmp_path):
+    """playbooks/exporter.yml's first play, with a stand-in role that carries gpu_exporter's defaults and only
+    records that it ran: a bad address or port fails its host before the role, the others go on."""
+    role = tmp_path / "roles" / "exporter_stand_in"
+    (role / "defaults").mkdir(parents=True)
+    (role / "tasks").mkdir()
+    shutil.copy(ROOT / "roles" / "gpu_exporter" / "defaults" / "main.yml", role / "defaults" / "main.yml")
+    (role / "tasks" / "main.yml").write_text(yaml.safe_dump([{"name": "Stand-in role ran", "ansible.builtin.debug": {"msg": "ran"}}]),
+                                             encoding="utf-8")
+    plays = yaml.safe_load((ROOT / "playbooks" / "exporter.yml").read_text(encoding="utf-8"))
+    play = next(p for p in plays if p.get("roles"))
+    play.update(roles=[{"role": str(role)}], gather_facts=False)
+    hosts = {"gpu-name": {"ansible_host": "gpu01.example.net"}, "gpu-ip6": {"gpu_exporter_scrape_host": "fd00::1", "gpu_exporter_port": 9835},
+             "gpu-url": {"gpu_exporter_scrape_host": "http://gpu01:9400/metrics"}, "gpu-port": {"gpu_exporter_port": 70000},
+             "gpu-gone": {"gpu_exporter_scrape_host": "gpu 01", "gpu_exporter_state": "absent"}}
+    results = local_play([play], check=True, hosts=hosts)
+    check = "Check the address and port Prometheus will scrape"
+    ran = {name for name, tasks in results.items() if any(task.endswith("Stand-in role ran") for task in tasks)}
+    assert ran == {"gpu-name", "gpu-ip6", "gpu-gone"}
+    assert results["gpu-gone"][check].get("skipped")
+    for name, value in (("gpu-url", "'http://gpu01:9400/metrics'"), ("gpu-port", "port 70000")):
+        message = results[name][check]["msg"]
+        assert results[name][check]["failed"] and f"host '{name}'" in message and value in message, message
