@@ -10,6 +10,7 @@ Their documentation is in the sidecar .yml files. The logic lives in module_util
 from __future__ import annotations
 
 import typing as t
+from collections.abc import Mapping, Sequence
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.gpuhost.nvidia.plugins.plugin_utils._lazy import module_utils
@@ -22,30 +23,34 @@ _FORMATS = ("data", "json", "csv", "html")
 
 def gpu_fleet_report(hosts: t.Any, generated_at: str = "", form: str = "data", title: str = "GPU fleet report",
                      names: t.Any = None) -> t.Any:
-    """The fleet report of the hosts, as data or rendered (json, csv, html)."""
-    if names is not None:
-        if not isinstance(hosts, list) or not isinstance(names, list) or len(names) != len(hosts):
-            raise AnsibleFilterError("gpu_fleet_report: names must list one inventory name per entry")
-        hosts = [entry if isinstance(entry, dict) and entry else {"host": str(name), "status": "unreachable"}
-                 for entry, name in zip(hosts, names)]
-    if not isinstance(hosts, list) or not all(isinstance(h, dict) and h.get("host") for h in hosts):
-        raise AnsibleFilterError("gpu_fleet_report expects a list of {host, status, facts, doctor, error} entries")
-    if form not in _FORMATS:
+    """The fleet report of the hosts, as data or rendered (json, csv, html).
+
+    Only the call itself can be refused (the input is not a list, the names do not match it, an unknown form): a host
+    whose entry, facts or doctor result is of the wrong shape is listed as malformed, and the others are still written.
+    """
+    if isinstance(hosts, (str, bytes, Mapping)) or not isinstance(hosts, Sequence):
+        raise AnsibleFilterError("gpu_fleet_report expects a list of {host, status, facts, doctor, error} entries, not %s"
+                                 % type(hosts).__name__)
+    if names is not None and (isinstance(names, (str, bytes, Mapping)) or not isinstance(names, Sequence) or len(names) != len(hosts)):
+        raise AnsibleFilterError("gpu_fleet_report: names must list one inventory name per entry")
+    if not isinstance(form, str) or form not in _FORMATS:
         raise AnsibleFilterError(f"gpu_fleet_report: form must be one of {', '.join(_FORMATS)}, not {form!r}")
-    report = _report.fleet_report(hosts, str(generated_at))
+    report = _report.fleet_report(list(hosts), str(generated_at), names=list(names) if names is not None else None)
     if form == "json":
         return _report.report_json(report)
     if form == "csv":
         return _report.report_csv(report)
     if form == "html":
-        return _report.report_html(report, str(title))
+        return _report.report_html(report, _report.clean_text(str(title)))
     return report
 
 
 def gpu_exporter_file_sd(targets: t.Any) -> list[dict[str, t.Any]]:
-    """Prometheus file_sd entries for the exporter targets."""
-    if not isinstance(targets, list) or not all(isinstance(x, dict) and x.get("address") and x.get("port") for x in targets):
-        raise AnsibleFilterError("gpu_exporter_file_sd expects a list of {host, address, port, kind, facts} entries")
+    """Prometheus file_sd entries for the exporter targets; every target that is not host:port is refused by name."""
+    errors = _report.file_sd_errors(targets)
+    if errors:
+        raise AnsibleFilterError("gpu_exporter_file_sd: %d target(s) Prometheus could not scrape: %s"
+                                 % (len(errors), "; ".join(errors)))
     return _report.file_sd(targets)
 
 

@@ -9,6 +9,7 @@ Their documentation is in the sidecar .yml files.
 
 from __future__ import annotations
 
+import re
 import typing as t
 from collections.abc import Mapping
 
@@ -42,12 +43,18 @@ def gpu_busy_processes(facts: t.Any) -> list[str]:
     return found
 
 
+# A host's error text reaches the table: no control character (an ESC would restyle the terminal, a CR overwrite the
+# line) and no unpaired surrogate survives, and a cell is cut.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+
+
 def _cell(value: t.Any) -> str:
     if value is None or value == "":
         return "-"
     if isinstance(value, bool):
         return "yes" if value else "no"
-    return " ".join(str(value).split())
+    text = " ".join(_CONTROL.sub(" ", str(value)).split())
+    return text if len(text) <= 300 else text[:299] + "…"
 
 
 def _moved(entry: Mapping, what: str) -> str | None:
@@ -63,7 +70,7 @@ def _normalise(name: t.Any, entry: t.Any) -> dict[str, t.Any]:
     """One host's row: a missing entry was never reached, a ``started`` one fell out (unreachable) in its step."""
     if not isinstance(entry, Mapping) or not entry:
         return {"host": name, "status": "not reached", "message": "no record: unreachable before its turn, or the run ended"}
-    row = {"host": entry.get("host") or name, "status": entry.get("status") or "?", "step": entry.get("step"),
+    row = {"host": _cell(entry.get("host") or name), "status": _cell(entry.get("status") or "?"), "step": entry.get("step"),
            "driver": _moved(entry, "driver"), "toolkit": _moved(entry, "toolkit"), "rebooted": entry.get("rebooted"),
            "message": entry.get("message")}
     if row["status"] == "started":
@@ -89,7 +96,7 @@ def gpu_upgrade_summary(entries: t.Any, names: t.Any = None) -> dict[str, t.Any]
     return {
         "table": table,
         "failed": [row["host"] for row in failed],
-        "reasons": ["%s%s: %s" % (row["host"], " (%s)" % row["step"] if row.get("step") else "", row.get("message") or row["status"])
+        "reasons": ["%s%s: %s" % (row["host"], " (%s)" % _cell(row["step"]) if row.get("step") else "", _cell(row.get("message") or row["status"]))
                     for row in failed],
         "counts": {status: sum(1 for row in rows if row["status"] == status) for status in sorted({row["status"] for row in rows})},
     }

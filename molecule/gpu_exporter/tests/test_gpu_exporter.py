@@ -178,7 +178,8 @@ def test_fleet_report_over_the_test_hosts(host, gpuhost_instance, tmp_path):
     assert [(h["host"], h["status"]) for h in report["hosts"]][0] == ("gpuhost-offline", "unreachable")
     assert {h["host"] for h in report["hosts"]} == {"gpuhost-offline", "gpuhost-debian12-gpu_exporter-dcgm",
                                                     "gpuhost-debian12-gpu_exporter-nvgpu"}
-    assert (out / "fleet.csv").read_text(encoding="utf-8").startswith("host,status,gpu,model,")
+    # Every field is quoted (a spreadsheet must not read a host's value as a formula: docs/threat-model.md).
+    assert (out / "fleet.csv").read_text(encoding="utf-8").startswith('"host","status","gpu","model",')
     page = (out / "fleet.html").read_text(encoding="utf-8")
     assert 'data-host="gpuhost-offline"' in page and "<svg" in page
     # The page in a real browser (Debian's headless Chromium): one row per GPU of the reachable hosts, the unreachable

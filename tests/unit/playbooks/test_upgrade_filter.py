@@ -83,3 +83,18 @@ def test_summary_refuses_mismatched_names():
         upgrade.gpu_upgrade_summary([None], ["a", "b"])
     with pytest.raises(AnsibleFilterError, match="list of per-host entries"):
         upgrade.gpu_upgrade_summary("gpu01")
+
+
+HOSTILE_NOTES = ["gpu02\r\x1b[2Kall ok", "a\nb\tc", "\x00\x07\x9b31m", "x\u2028y", "\ud800", "n" * 5000, ["list"], {"a": 1}, 3.5]
+
+
+@pytest.mark.parametrize("value", HOSTILE_NOTES, ids=[f"note{i}" for i in range(len(HOSTILE_NOTES))])
+def test_summary_keeps_a_hosts_text_on_one_printable_line(value):
+    """A host's error text (and a host name or status of the wrong kind) ends as one printable, cut line."""
+    entries = [{"host": value, "status": value, "step": value, "message": value}, {"host": "gpu02", "status": "failed", "message": value}]
+    summary = upgrade.gpu_upgrade_summary(entries, ["gpu01", "gpu02"])
+    for line in summary["table"] + summary["reasons"]:
+        assert line.isprintable() and len(line) < 2000, line[:80]
+        line.encode("utf-8")
+    assert len(summary["table"]) == 3 and summary["failed"][-1] == "gpu02"
+    assert sum(summary["counts"].values()) == 2
