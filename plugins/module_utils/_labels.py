@@ -185,21 +185,22 @@ def _nvml_gpus(facts: Mapping[str, t.Any], gpus: list[Mapping[str, t.Any]]) -> l
     return [g for g in gpus if g.get("index") is not None and (g.get("source") in (None, source))]
 
 
-def _pick_model(gpus: list[Mapping[str, t.Any]]) -> tuple[str, Mapping[str, t.Any], int]:
-    """GFD's newGPULabelers (internal/lm/mig-strategy.go): one model's labels, with the count of that model's GPUs
-    (MIG-enabled or not). GFD keys its labelers by model name in Go maps, so on a node with several models the model
-    it labels depends on map order; here it is the model of the first GPU (by index) without MIG enabled, else of the
-    first GPU, so that the labels are one of GFD's possible answers and stable from run to run. The device whose
-    memory and compute capability GFD reads is the last one of that model in its group (map assignment keeps the last).
+def _mig_enabled(gpu: Mapping[str, t.Any]) -> bool:
+    return (gpu.get("mig") or {}).get("current") is True
 
-    Returns the model name, that device, and the count."""
-    ordered = sorted(gpus, key=lambda g: g["index"] if _int(g.get("index")) is not None else 1 << 30)
-    full = [g for g in ordered if (g.get("mig") or {}).get("current") is not True]
-    first = (full or ordered)[0]
-    model = first.get("name")
-    same = [g for g in ordered if g.get("name") == model]
-    group = [g for g in same if (g.get("mig") or {}).get("current") is not True] if full else same
-    return model, group[-1], len(same)
+
+def _model_order(gpus: list[Mapping[str, t.Any]]) -> list[tuple[str, bool]]:
+    """GFD's newGPULabelers (internal/lm/mig-strategy.go) builds one labeler per model name, first for the models of
+    the MIG-enabled GPUs, then for those of the full GPUs, and merges them in that order, later ones overwriting
+    earlier ones. Within each group GFD takes the models in Go map order, which is random, so on a node with several
+    models the labels depend on the run. Here each group is taken from the highest first index to the lowest: the
+    model of the lowest-index full GPU (else of the lowest-index GPU) comes last and wins, which is one of GFD's
+    possible answers and the same on every run. Returns (model, mig_enabled_group) in merge order."""
+    first: dict[tuple[str, bool], int] = {}
+    for gpu in gpus:
+        key = (gpu["name"], _mig_enabled(gpu))
+        first.setdefault(key, gpu["index"])
+    return sorted(first, key=lambda key: (not key[1], -first[key]))
 
 
 def gfd_labels(facts: Mapping[str, t.Any], machine: str | None = None) -> tuple[dict[str, str], list[str], list[str]]:
@@ -235,43 +236,55 @@ def gfd_labels(facts: Mapping[str, t.Any], machine: str | None = None) -> tuple[
         # GFD counts GPUs by model name; without every name the count of a model is unknown.
         notes.append("GFD's labels left out: the name of a GPU is unknown")
         return {}, notes, problems
-    if len(set(names)) > 1:
-        notes.append("several GPU models (%s): GFD labels one model; the labels describe %s" % (", ".join(sorted(set(names))), _pick_model(gpus)[0]))
+    if any(_int(g.get("index")) is None for g in gpus):
+        problems.append("gpus: an index that is not a number: %s" % ", ".join(_show(g.get("index")) for g in gpus if _int(g.get("index")) is None))
+        return {}, notes, problems
+    gpus = sorted(gpus, key=lambda g: g["index"])
 
-    model, device, count = _pick_model(gpus)
-    mig_enabled_model = all((g.get("mig") or {}).get("current") is True for g in gpus if g.get("name") == model)
-
-    # resourceLabeler.baseLabeler (internal/lm/resource.go): product, count, replicas, sharing-strategy. Without a
-    # sharing configuration a full GPU has 1 replica; a MIG-enabled model is labelled without sharing (0 replicas).
-    product = sanitise(model)
-    _value(labels, problems, GFD_PREFIX + "gpu.product", product, "gpus[index %s].name" % device.get("index"),
-           "GFD itself would write this invalid value; label the node another way, or set gfd_deployed")
-    labels[GFD_PREFIX + "gpu.count"] = str(count)
-    labels[GFD_PREFIX + "gpu.replicas"] = "0" if mig_enabled_model else "1"
-    labels[GFD_PREFIX + "gpu.sharing-strategy"] = "none"
-
-    # NewGPUResourceLabeler: gpu.memory in MiB, left out when it is 0 (or unknown).
-    memory = device.get("memory_total_mib")
-    if memory is not None:
-        if _int(memory) is None or memory < 0:
-            problems.append("gpus[index %s].memory_total_mib: %s is not a number of MiB" % (device.get("index"), _show(memory)))
-        elif memory > 0:
-            _value(labels, problems, GFD_PREFIX + "gpu.memory", str(memory), "gpus[index %s].memory_total_mib" % device.get("index"),
-                   "check the GPU facts")
-
-    # newArchitectureLabels: family, compute.major and compute.minor; none when the major is 0.
-    capability = device.get("compute_capability")
-    if capability is not None:
+    # NewGPUResourceLabeler per model, merged in GFD's order (see _model_order). counts[name] counts the model's GPUs
+    # with and without MIG enabled; the device a labeler reads is the model's last GPU in its group (a map assignment
+    # per device keeps the last). Values are checked once merged: a model whose labels are overwritten is not refused.
+    origin: dict[str, str] = {}
+    order = _model_order(gpus)
+    for model, mig_group in order:
+        device = [g for g in gpus if g["name"] == model and _mig_enabled(g) == mig_group][-1]
+        where = "gpus[index %s]" % device["index"]
+        # resourceLabeler.baseLabeler (internal/lm/resource.go): product, count, replicas, sharing-strategy. Without a
+        # sharing configuration a full GPU has 1 replica; a MIG-enabled model is labelled without sharing (a nil
+        # config: 0 replicas).
+        merged = {"gpu.product": sanitise(model), "gpu.count": str(names.count(model)), "gpu.replicas": "0" if mig_group else "1",
+                  "gpu.sharing-strategy": "none"}
+        # gpu.memory in MiB; GFD writes none when the memory is 0 or cannot be read.
+        memory = device.get("memory_total_mib")
+        if memory is not None and (_int(memory) is None or memory < 0):
+            problems.append("%s.memory_total_mib: %s is not a number of MiB" % (where, _show(memory)))
+        elif memory:
+            merged["gpu.memory"] = str(memory)
+        # newArchitectureLabels: family, compute.major and compute.minor; none when the major is 0.
+        capability = device.get("compute_capability")
         match = _COMPUTE_RE.fullmatch(capability) if isinstance(capability, str) else None
-        if not match:
-            problems.append("gpus[index %s].compute_capability: %s is not MAJOR.MINOR" % (device.get("index"), _show(capability)))
-        elif int(match.group(1)) != 0:
+        if capability is not None and not match:
+            problems.append("%s.compute_capability: %s is not MAJOR.MINOR" % (where, _show(capability)))
+        elif match and int(match.group(1)) != 0:
             major, minor = int(match.group(1)), int(match.group(2))
-            labels[GFD_PREFIX + "gpu.family"] = arch_family(major, minor)
-            labels[GFD_PREFIX + "gpu.compute.major"] = str(major)
-            labels[GFD_PREFIX + "gpu.compute.minor"] = str(minor)
-    else:
-        notes.append("gpu.family and gpu.compute.* left out: the compute capability of %s is unknown" % model)
+            merged.update({"gpu.family": arch_family(major, minor), "gpu.compute.major": str(major), "gpu.compute.minor": str(minor)})
+        elif capability is None:
+            # GFD fails without the compute capability; what another model left must not pass for this one's.
+            for name in ("gpu.family", "gpu.compute.major", "gpu.compute.minor"):
+                labels.pop(GFD_PREFIX + name, None)
+        for name, value in merged.items():
+            labels[GFD_PREFIX + name] = value
+            origin[GFD_PREFIX + name] = where + (".name" if name == "gpu.product" else ".memory_total_mib" if name == "gpu.memory" else "")
+    winner, winner_mig = order[-1]
+    if [g for g in gpus if g["name"] == winner and _mig_enabled(g) == winner_mig][-1].get("compute_capability") is None:
+        notes.append("gpu.family and gpu.compute.* left out: the compute capability of %s is unknown" % winner)
+    if len(set(names)) > 1:
+        notes.append("several GPU models (%s): GFD labels one model, chosen by map order; the labels describe %s"
+                     % (", ".join(sorted(set(names))), winner))
+    for key in list(labels):
+        value = labels.pop(key)
+        _value(labels, problems, key, value, origin[key],
+               "GFD itself would write this invalid value; label the node another way, or set gfd_deployed")
 
     # newMigCapabilityLabeler (internal/lm/nvml.go): true when any GPU supports MIG (its MIG mode can be read).
     labels[GFD_PREFIX + "mig.capable"] = "true" if any((g.get("mig") or {}).get("current") is not None for g in gpus) else "false"
@@ -380,6 +393,6 @@ def features_file(labels: Mapping[str, str], header: str = "") -> str:
             problems.append("header: every line must be a # comment, got %s" % _show(line))
     if problems:
         raise LabelError(problems)
-    lines = [line for line in header.splitlines()]
+    lines = header.splitlines()
     lines += ["%s=%s" % (key, labels[key]) for key in sorted(labels)]
     return "\n".join(lines) + "\n"

@@ -300,3 +300,66 @@ def test_every_key_is_a_valid_kubernetes_label_name_and_gfds_or_ours():
 def test_features_file_is_one_sorted_label_a_line():
     text = _labels.features_file({"b.example/x": "1", "a.example/y": ""}, "# one\n# two")
     assert text == "# one\n# two\na.example/y=\nb.example/x=1\n"
+
+
+# -- newGPULabelers over many random nodes: the labels are one of the answers GFD can give ------------------------------------
+def _gfd_possible_resource_labels(gpus):
+    """internal/lm/mig-strategy.go newGPULabelers, transliterated: counts per name over every device; one labeler per
+    name for the MIG-enabled devices (the last device of the name), then one per name for the full ones; the labelers
+    merged in order, later keys overwriting earlier ones. Go's map order is random, so every order of each group is an
+    answer GFD can give. The mock's rules stand for NVML: memory 0 gives no memory label, compute major 0 no
+    architecture labels (resource.go NewGPUResourceLabeler, newArchitectureLabels)."""
+    import itertools  # pylint: disable=import-outside-toplevel
+
+    counts, mig_enabled, full = {}, {}, {}
+    for device in gpus:
+        counts[device["name"]] = counts.get(device["name"], 0) + 1
+        (mig_enabled if device["mig"]["current"] is True else full)[device["name"]] = device
+
+    def labeler(device, sharing):
+        out = {"gpu.product": _labels.sanitise(device["name"]), "gpu.count": str(counts[device["name"]]),
+               "gpu.replicas": "1" if sharing else "0", "gpu.sharing-strategy": "none"}
+        if device["memory_total_mib"]:
+            out["gpu.memory"] = str(device["memory_total_mib"])
+        major, minor = (int(p) for p in device["compute_capability"].split("."))
+        if major:
+            out.update({"gpu.family": _labels.arch_family(major, minor), "gpu.compute.major": str(major), "gpu.compute.minor": str(minor)})
+        return out
+
+    answers = []
+    for mig_order in itertools.permutations(mig_enabled):
+        for full_order in itertools.permutations(full):
+            merged = {}
+            for name in mig_order:
+                merged.update(labeler(mig_enabled[name], False))
+            for name in full_order:
+                merged.update(labeler(full[name], True))
+            answers.append({G + k: v for k, v in merged.items()})
+    return answers
+
+
+MODELS = [("NVIDIA A100-SXM4-80GB", "8.0", 81920), ("NVIDIA H100 80GB HBM3", "9.0", 81559), ("Tesla T4", "7.5", 15360),
+          ("NVIDIA GeForce RTX 4090", "8.9", 24564), ("NVIDIA TITAN X (Pascal)", "6.1", 12288), ("Tesla K80", "3.7", 11441),
+          ("NVIDIA B200", "10.0", 183359), ("NVIDIA A100-SXM4-40GB", "8.0", 0), ("MOCKMODEL", "0.0", 300)]
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_gfd_resource_labels_over_random_nodes(seed):
+    import random  # pylint: disable=import-outside-toplevel
+
+    rng = random.Random(seed)
+    kinds = rng.sample(MODELS, rng.randint(1, 3))
+    gpus = []
+    for index in range(rng.randint(1, 8)):
+        name, capability, memory = rng.choice(kinds)
+        mig_capable = rng.random() < 0.5
+        gpus.append(gpu(index, name=name, capability=capability, memory=memory + rng.choice([0, 0, 2]) if memory else 0,
+                        mig=mig_capable and rng.random() < 0.5, mig_capable=mig_capable))
+        if gpus[-1]["mig"]["current"]:
+            gpus[-1]["compute_capability"] = capability  # real MIG-enabled GPUs report their capability
+    shuffled = gpus[:]
+    rng.shuffle(shuffled)
+    labels, _ = _labels.node_labels(facts(*shuffled))
+    assert resource_labels(labels) in _gfd_possible_resource_labels(gpus)
+    # Stable: the same node gives the same labels whatever order the facts list the GPUs in.
+    assert labels_of(facts(*gpus)) == labels
