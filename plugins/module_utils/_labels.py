@@ -174,6 +174,12 @@ def _gpus(facts: Mapping[str, t.Any], problems: list[str]) -> list[Mapping[str, 
         if not isinstance(gpu, Mapping):
             problems.append("gpus[%d]: expected a dict, got %s" % (position, type(gpu).__name__))
             continue
+        mig = gpu.get("mig")
+        if mig is not None and not (isinstance(mig, Mapping) and mig.get("current") in (True, False, None)):
+            problems.append("gpus[%d].mig: %s is not the facts' MIG mode ({current: true, false or null})" % (position, _show(mig)))
+        index = gpu.get("index")
+        if index is not None and _int(index) is None:
+            problems.append("gpus[%d].index: %s is not a GPU index" % (position, _show(index)))
         result.append(gpu)
     return result
 
@@ -186,7 +192,13 @@ def _nvml_gpus(facts: Mapping[str, t.Any], gpus: list[Mapping[str, t.Any]]) -> l
 
 
 def _mig_enabled(gpu: Mapping[str, t.Any]) -> bool:
-    return (gpu.get("mig") or {}).get("current") is True
+    return _mig_mode(gpu) is True
+
+
+def _mig_mode(gpu: Mapping[str, t.Any]) -> t.Any:
+    """The GPU's current MIG mode: True, False, or None where MIG is not supported (checked in _gpus)."""
+    mig = gpu.get("mig")
+    return mig.get("current") if isinstance(mig, Mapping) else None
 
 
 def _model_order(gpus: list[Mapping[str, t.Any]]) -> list[tuple[str, bool]]:
@@ -236,9 +248,6 @@ def gfd_labels(facts: Mapping[str, t.Any], machine: str | None = None) -> tuple[
         # GFD counts GPUs by model name; without every name the count of a model is unknown.
         notes.append("GFD's labels left out: the name of a GPU is unknown")
         return {}, notes, problems
-    if any(_int(g.get("index")) is None for g in gpus):
-        problems.append("gpus: an index that is not a number: %s" % ", ".join(_show(g.get("index")) for g in gpus if _int(g.get("index")) is None))
-        return {}, notes, problems
     gpus = sorted(gpus, key=lambda g: g["index"])
 
     # NewGPUResourceLabeler per model, merged in GFD's order (see _model_order). counts[name] counts the model's GPUs
@@ -287,19 +296,26 @@ def gfd_labels(facts: Mapping[str, t.Any], machine: str | None = None) -> tuple[
                "GFD itself would write this invalid value; label the node another way, or set gfd_deployed")
 
     # newMigCapabilityLabeler (internal/lm/nvml.go): true when any GPU supports MIG (its MIG mode can be read).
-    labels[GFD_PREFIX + "mig.capable"] = "true" if any((g.get("mig") or {}).get("current") is not None for g in gpus) else "false"
+    labels[GFD_PREFIX + "mig.capable"] = "true" if any(_mig_mode(g) is not None for g in gpus) else "false"
     # newSharingLabeler: false unless the sharing strategy is MPS, which GFD's default configuration is not.
     labels[GFD_PREFIX + "mps.capable"] = "false"
 
     # newGPUModeLabeler: the PCI class of every GPU, from the facts' PCI functions.
     classes = {}
-    for function in facts.get("pci_functions") or []:
+    functions = facts.get("pci_functions") or []
+    if not isinstance(functions, (list, tuple)):
+        problems.append("pci_functions: expected the GPU facts' list of PCI functions, got %s" % type(functions).__name__)
+        functions = []
+    for function in functions:
         if isinstance(function, Mapping) and isinstance(function.get("pci_bus_id"), str):
             classes[function["pci_bus_id"].lower()] = _pci_class(function.get("class"))
     labels[GFD_PREFIX + "gpu.mode"] = gpu_mode([classes.get(str(g.get("pci_bus_id") or "").lower()) for g in gpus])
 
     # newVersionLabeler (internal/lm/nvml.go): the driver version, then the CUDA version the driver supports.
-    driver = facts.get("driver") if isinstance(facts.get("driver"), Mapping) else {}
+    driver = facts.get("driver") or {}
+    if not isinstance(driver, Mapping):
+        problems.append("driver: expected the GPU facts' driver dict, got %s" % type(driver).__name__)
+        driver = {}
     version = driver.get("version")
     if version is None:
         notes.append("cuda.driver-version.* left out: the driver version is unknown")

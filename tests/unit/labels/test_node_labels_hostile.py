@@ -245,3 +245,23 @@ def test_label_key_rule(key, valid):
 ])
 def test_label_value_rule(value, valid):
     assert _labels.valid_label_value(value) is valid
+
+
+STRUCTURAL = [
+    (("gpus", 0, "mig"), "yes"), (("gpus", 0, "mig"), ["current"]), (("gpus", 0, "mig"), {"current": "yes"}),
+    (("gpus", 0, "mig"), 1), (("gpus", 0, "index"), "0"), (("gpus", 0, "index"), True), (("gpus", 0, "index"), 0.5),
+    (("gpus", 0, "index"), [0]), (("driver",), "550.54.15"), (("driver",), ["550.54.15"]), (("pci_functions",), "0x030200"),
+    (("pci_functions",), {"0000:18:00.0": "0x030200"}), (("pci_functions", 0), "0000:18:00.0"), (("pci_functions", 0, "pci_bus_id"), 7),
+    (("gpus", 0, "source"), ["nvml"]), (("source",), ["nvml"]), (("source",), None), (("gpus", 0, "state"), None),
+    (("gpus", 0, "name"), ["A100"]), (("gpus", 0, "name"), None), (("present",), 1), (("gpus",), {"0": {}}), (("gpus",), "A100"),
+]
+
+
+@pytest.mark.parametrize("path, value", STRUCTURAL, ids=repr)
+def test_malformed_structure_never_raises_anything_but_the_filter_error(path, value):
+    """Each value either yields valid labels or fails the filter naming the field: never a TypeError or the like."""
+    result = outcome(with_value(path, value))
+    if isinstance(result, AnsibleFilterError):
+        named = {"mig": "mig", "index": "index", "driver": "driver", "pci_functions": "pci_functions", "name": "name",
+                 "present": "present", "gpus": "gpus"}
+        assert named.get(path[-1] if isinstance(path[-1], str) else path[0], path[0]) in str(result), (path, str(result))
