@@ -3,10 +3,10 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 
 """Container toolkit filters: nvidia_container_toolkit_errors, nvidia_container_toolkit_version, nvidia_node_labels,
-nvidia_container_restarts.
+nvidia_node_labels_file, nvidia_container_restarts.
 
-Their documentation is in the sidecar .yml files. The decisions live in module_utils/_toolkit.py and (the restarts)
-module_utils/_engine_restart.py.
+Their documentation is in the sidecar .yml files. The decisions live in module_utils/_toolkit.py, (the node labels)
+module_utils/_labels.py and (the restarts) module_utils/_engine_restart.py.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from ansible_collections.gpuhost.nvidia.plugins.plugin_utils._lazy import module
 # Imported when a filter of this file first runs, not when Ansible loads the file (plugin_utils/_lazy.py).
 _toolkit = module_utils("_toolkit")
 _engine_restart = module_utils("_engine_restart")
+_labels = module_utils("_labels")
 
 display = Display()
 
@@ -42,9 +43,34 @@ def nvidia_container_toolkit_version(offered: t.Any, request: t.Any, source: str
     return {"version": version, "upstream": _toolkit.upstream(version) if version else None, "errors": errors}
 
 
-def nvidia_node_labels(facts: t.Any, toolkit_version: t.Any = None) -> dict[str, str]:
-    """Kubernetes-style node labels from the GPU facts."""
-    return _toolkit.node_labels(gpu_facts(facts, "nvidia_node_labels"), str(toolkit_version) if toolkit_version else None)
+def nvidia_node_labels(facts: t.Any, toolkit_version: t.Any = None, gfd_deployed: t.Any = False, machine: t.Any = None) -> dict[str, str]:
+    """Kubernetes node labels from the GPU facts: GFD's (unless GFD is deployed) and the collection's own. Every value
+    that cannot be a valid label fails the filter, naming it; why labels were left out is a warning."""
+    if not isinstance(gfd_deployed, bool):
+        raise AnsibleFilterError("nvidia_node_labels: gfd_deployed must be true or false, got %r" % (gfd_deployed,))
+    if toolkit_version is not None and not isinstance(toolkit_version, str):
+        raise AnsibleFilterError("nvidia_node_labels: toolkit_version must be a version string such as 1.17.8, got %s"
+                                 % type(toolkit_version).__name__)
+    if machine is not None and not isinstance(machine, str):
+        raise AnsibleFilterError("nvidia_node_labels: machine must be the DMI product name (a string), got %s" % type(machine).__name__)
+    try:
+        labels, notes = _labels.node_labels(gpu_facts(facts, "nvidia_node_labels"), toolkit_version or None, gfd_deployed, machine or None)
+    except _labels.LabelError as exc:
+        raise AnsibleFilterError("nvidia_node_labels: %s" % exc) from None
+    for note in notes:
+        display.warning("nvidia_node_labels: %s" % note)
+    return labels
+
+
+def nvidia_node_labels_file(labels: t.Any, header: t.Any = "") -> str:
+    """The labels as a Node Feature Discovery feature file (one name=value a line); refuses anything that would add,
+    split or change a line."""
+    if not isinstance(header, str):
+        raise AnsibleFilterError("nvidia_node_labels_file: header must be a string of # comment lines, got %s" % type(header).__name__)
+    try:
+        return _labels.features_file(mapping(labels, "nvidia_node_labels_file"), header)
+    except _labels.LabelError as exc:
+        raise AnsibleFilterError("nvidia_node_labels_file: %s" % exc) from None
 
 
 def nvidia_container_restarts(engines: t.Any, policy: str = "always") -> dict[str, t.Any]:
@@ -83,5 +109,6 @@ class FilterModule:
             "nvidia_container_toolkit_errors": nvidia_container_toolkit_errors,
             "nvidia_container_toolkit_version": nvidia_container_toolkit_version,
             "nvidia_node_labels": nvidia_node_labels,
+            "nvidia_node_labels_file": nvidia_node_labels_file,
             "nvidia_container_restarts": nvidia_container_restarts,
         }

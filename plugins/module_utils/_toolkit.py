@@ -194,23 +194,3 @@ def device_names(spec: t.Mapping[str, t.Any]) -> list[str]:
     """Fully qualified device names, kind=name, in spec order (nvidia.com/gpu=0, ..., nvidia.com/gpu=all)."""
     kind = spec["kind"]
     return ["%s=%s" % (kind, d["name"]) for d in spec["devices"] if isinstance(d, dict) and "name" in d]
-
-
-def node_labels(facts: t.Mapping[str, t.Any] | None, installed_version: str | None) -> dict[str, str]:
-    """Kubernetes-style node labels from the GPU facts (the keys NVIDIA's GPU feature discovery uses)."""
-    facts = facts or {}
-    gpus = [g for g in facts.get("gpus") or [] if g.get("index") is not None]
-    labels = {"nvidia.com/gpu.present": "true" if facts.get("present") else "false",
-              "nvidia.com/gpu.count": str(len(gpus))}
-    if gpus:
-        labels["nvidia.com/gpu.product"] = re.sub(r"[^A-Za-z0-9_.-]+", "-", str(gpus[0].get("name") or "unknown")).strip("-")
-        labels["accelerator"] = "nvidia"
-        if gpus[0].get("architecture"):
-            labels["nvidia.com/gpu.family"] = str(gpus[0]["architecture"]).lower()
-        labels["nvidia.com/mig.capable"] = "true" if any((g.get("mig") or {}).get("current") is not None for g in gpus) else "false"
-    driver = (facts.get("driver") or {}).get("version")
-    if driver:
-        labels["nvidia.com/cuda.driver.full"] = str(driver)
-    if installed_version:
-        labels["nvidia.com/container-toolkit.version"] = upstream(installed_version)
-    return labels

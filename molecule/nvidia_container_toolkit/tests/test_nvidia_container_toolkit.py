@@ -362,10 +362,15 @@ def test_cdi_refresh_units_enabled_ordered_and_configured(host, gpuhost_instance
 
 
 def test_node_labels_file(host, gpuhost_instance):
-    labels = dict(line.split("=", 1) for line in host.file("/etc/gpuhost-nvidia-node-labels").content_string.splitlines()
+    # NFD's local feature directory, created by the role (no NFD in the test hosts).
+    path = "/etc/kubernetes/node-feature-discovery/features.d/gpuhost-nvidia"
+    assert host.file(path).mode == 0o644 and host.file(path).user == "root"
+    labels = dict(line.split("=", 1) for line in host.file(path).content_string.splitlines()
                   if line and not line.startswith("#"))
-    assert labels["nvidia.com/gpu.present"] == "false"  # no GPU in the test containers
-    assert labels["nvidia.com/container-toolkit.version"] == EXPECTED[family(gpuhost_instance)][0]
+    assert labels["gpuhost.nvidia/gpu.present"] == "false"  # no GPU in the test containers
+    assert labels["gpuhost.nvidia/container-toolkit.version"] == EXPECTED[family(gpuhost_instance)][0]
+    # GFD's labels describe GPUs NVML lists: none here, so none of them.
+    assert not [key for key in labels if key.startswith("nvidia.com/")]
 
 
 def test_bad_inputs_fail_before_any_change(host, gpuhost_instance):

@@ -119,13 +119,3 @@ def test_device_names_from_yaml_and_json():
 def test_parse_spec_refuses_non_specs(text):
     with pytest.raises(ValueError, match="/etc/cdi/nvidia.yaml"):
         _toolkit.parse_spec(text, "/etc/cdi/nvidia.yaml")
-
-
-def test_node_labels():
-    labels = _toolkit.node_labels(FACTS, "1.18.0-1")
-    assert labels == {
-        "nvidia.com/gpu.present": "true", "nvidia.com/gpu.count": "2", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
-        "accelerator": "nvidia", "nvidia.com/gpu.family": "hopper", "nvidia.com/mig.capable": "true",
-        "nvidia.com/cuda.driver.full": "580.65.06", "nvidia.com/container-toolkit.version": "1.18.0",
-    }
-    assert _toolkit.node_labels({"present": False}, None) == {"nvidia.com/gpu.present": "false", "nvidia.com/gpu.count": "0"}
