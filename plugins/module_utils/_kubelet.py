@@ -7,7 +7,8 @@ configuration directory.
 
 Private to this collection: no compatibility promise outside gpuhost.nvidia.
 
-- Label keys and values follow Kubernetes' own rules (apimachinery's ``IsQualifiedName`` and ``IsValidLabelValue``).
+- Label keys and values follow Kubernetes' own rules (apimachinery's ``IsQualifiedName`` and ``IsValidLabelValue``,
+  implemented once in _labels).
 - A kubelet may set only some labels on its own Node: the NodeRestriction admission plugin refuses the
   ``node-restriction.kubernetes.io`` namespace and every ``kubernetes.io``/``k8s.io`` label that is not a kubelet
   label (k8s.io/kubelet ``pkg/apis/well_known_labels.go``, ``IsKubeletLabel``), and the kubelet itself refuses to
@@ -27,9 +28,8 @@ import re
 import shlex
 import typing as t
 
-# apimachinery validation: a DNS-1123 subdomain prefix (at most 253), a name of at most 63.
-_NAME_RE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
-_SUBDOMAIN_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _labels
+
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
 # k8s.io/kubelet pkg/apis/well_known_labels.go: the labels and label namespaces a kubelet may set on itself.
@@ -60,30 +60,24 @@ def _show(value: t.Any) -> str:
 
 
 def qualified_name_error(key: t.Any, what: str = "label key") -> str | None:
-    """Why ``key`` is not a Kubernetes qualified name (``[prefix/]name``), or None."""
+    """Why ``key`` is not a Kubernetes qualified name (``[prefix/]name``), or None (the rule is _labels')."""
     if not isinstance(key, str):
         return "%s %s is a %s, not a string" % (what, _show(key), type(key).__name__)
-    prefix, name = key.rpartition("/")[::2]
-    if "/" in prefix:
-        return "%s %s has more than one '/'" % (what, _show(key))
-    if "/" in key and (not prefix or len(prefix) > 253 or not _SUBDOMAIN_RE.fullmatch(prefix)):
-        return ("%s %s: the prefix must be a DNS subdomain (lower-case letters, digits, '-' and '.', at most 253 "
-                "characters)" % (what, _show(key)))
-    if not name or len(name) > 63 or not _NAME_RE.fullmatch(name):
-        return ("%s %s: the name must be 1-63 characters of letters, digits, '-', '_' and '.', starting and ending "
-                "with a letter or digit" % (what, _show(key)))
-    return None
+    if _labels.valid_label_key(key):
+        return None
+    return ("%s %s is not a qualified name: an optional DNS subdomain prefix (lower-case letters, digits, '-' and '.', "
+            "at most 253) and '/', then 1-63 letters, digits, '-', '_' and '.', starting and ending with a letter or digit"
+            % (what, _show(key)))
 
 
 def label_value_error(value: t.Any, what: str = "label value") -> str | None:
-    """Why ``value`` is not a Kubernetes label value (empty, or at most 63 of ``[A-Za-z0-9._-]`` with alphanumeric
-    ends), or None."""
+    """Why ``value`` is not a Kubernetes label value, or None (the rule is _labels')."""
     if not isinstance(value, str):
         return "%s %s is a %s, not a string" % (what, _show(value), type(value).__name__)
-    if value and (len(value) > 63 or not _NAME_RE.fullmatch(value)):
-        return ("%s %s: at most 63 characters of letters, digits, '-', '_' and '.', starting and ending with a letter "
-                "or digit" % (what, _show(value)))
-    return None
+    if _labels.valid_label_value(value):
+        return None
+    return ("%s %s: at most 63 characters of letters, digits, '-', '_' and '.', starting and ending with a letter "
+            "or digit" % (what, _show(value)))
 
 
 def kubelet_label_error(key: str) -> str | None:
