@@ -150,10 +150,12 @@ def plan(
     """Decide what the role installs, or why it must not.
 
     request: source, flavour, branch, version, cuda_version, cuda_minor_version_compatibility, passthrough_pci_addresses,
-        passthrough_policy, fabric_manager, nvlsm, secure_boot_mok, force, require_headers, reboot; the repository
+        passthrough_policy, fabric_manager, nvlsm, secure_boot (auto/true/false: the state where mokutil cannot tell),
+        secure_boot_mok, force, require_headers, reboot; the repository
         values written into files (repo_url, repo_key_url, repo_key_fingerprint, epel_*, pacman_repo_name: REQUEST_RULES).
     facts: ansible_facts.nvidia_gpu (may be empty).
-    host: distribution, distribution_major_version, connection, secure_boot (True/False/None), headers_present,
+    host: distribution, distribution_major_version, connection, secure_boot (True/False/None: unknown), secure_boot_unknown
+        (why it is unknown), headers_present,
         runfile_install (list of paths found), installed_packages (names), foreign_repo_files (paths).
     capabilities: the role's per-distribution table (``__nvidia_driver_capabilities``): supported, name, versions,
         sources: {nvidia|distro: {available, branches, flavours, signed_modules, dkms, fabric_manager, foreign_packages,
@@ -180,7 +182,10 @@ def plan(
         "gpus": [],
         "excluded_gpus": [],
         "architectures": [],
-        "secure_boot": {"enabled": host.get("secure_boot"), "path": None},
+        # enabled: the state the plan goes by (None: unknown); detected: what mokutil reported; stated: the user's
+        # nvidia_driver_secure_boot (None: auto); path: how modules load (_stage_secure_boot).
+        "secure_boot": {"enabled": secure_boot_state(host.get("secure_boot")), "detected": secure_boot_state(host.get("secure_boot")),
+                        "stated": None, "path": None},
         "notes": [],
         "errors": errors,
     }
@@ -404,23 +409,60 @@ def _stage_flavour(
     return chosen, errors
 
 
+def secure_boot_state(value: t.Any) -> bool | None:
+    """The host's Secure Boot state as the plan reads it: True or False only for a real boolean (or its text, as a
+    template may hand it on), None (unknown) for anything else, so that an unreadable state is never taken for off."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower() if isinstance(value, str) else None
+    return {"true": True, "false": False}.get(text or "")
+
+
 def _stage_secure_boot(
-    result: Mapping[str, t.Any], host: Mapping[str, t.Any], request: Mapping[str, t.Any], capabilities: Mapping[str, t.Any], source: str, distro: str
+    result: t.MutableMapping[str, t.Any], host: Mapping[str, t.Any], request: Mapping[str, t.Any], capabilities: Mapping[str, t.Any], source: str, distro: str
 ) -> tuple[str | None, list[str]]:
-    """How modules load under Secure Boot: ``signed`` (the source's), ``mok`` (DKMS signing), ``off``, or None (unknown)."""
-    if host.get("secure_boot"):
-        if result["signed_modules"] and not result["dkms"]:
+    """How modules load under Secure Boot: ``signed`` (the source's), ``mok`` (DKMS signing), ``off``, or None (unknown).
+
+    The host's state is what mokutil reported; only when it could not tell (None) does the user's statement
+    (``nvidia_driver_secure_boot``) stand in for it. Unknown, unstated and unsigned DKMS modules stop the plan: an
+    unsigned module on a Secure Boot host does not load, and the host cannot say which it is.
+    """
+    probed = secure_boot_state(host.get("secure_boot"))
+    stated = _tristate(request.get("secure_boot", "auto"))
+    if stated not in ("auto", "true", "false"):
+        return None, ["nvidia_driver_secure_boot must be auto, true or false, got %r: state whether Secure Boot is on where "
+                      "the host cannot tell (auto: what mokutil reports)" % (request.get("secure_boot"),)]
+    state = probed if probed is not None or stated == "auto" else stated == "true"
+    result["secure_boot"].update(enabled=state, detected=probed, stated=None if stated == "auto" else stated == "true")
+    if probed is not None and stated != "auto" and (stated == "true") != probed:
+        result["notes"].append("nvidia_driver_secure_boot is %s, but mokutil reports Secure Boot %s: the role goes by what the "
+                               "host reports" % (stated, "on" if probed else "off"))
+    signed = bool(result["signed_modules"]) and not result["dkms"]
+    if state:
+        if signed:
             return "signed", []
         if request.get("secure_boot_mok"):
             return "mok", []
         return None, [
-            "Secure Boot is enabled and the %s source on %s builds unsigned DKMS modules that would not load: set "
+            "Secure Boot is %s and the %s source on %s builds unsigned DKMS modules that would not load: set "
             "nvidia_driver_secure_boot_mok: true to sign them with a Machine Owner Key (enrolment is then pending until "
-            "the next boot's MokManager), or use a source with signed modules%s" % (source, distro, _signed_hint(capabilities))
+            "the next boot's MokManager), or use a source with signed modules%s"
+            % ("enabled" if probed else "stated on (nvidia_driver_secure_boot: true)", source, distro, _signed_hint(capabilities))
         ]
-    if host.get("secure_boot") is False:
+    if state is False:
         return "off", []
-    return None, []
+    # Unknown and unstated.
+    if signed:
+        return "signed", []
+    if request.get("secure_boot_mok"):
+        return "mok", []
+    reason = str(host.get("secure_boot_unknown") or "mokutil could not tell")
+    return None, [
+        "the Secure Boot state of this host is unknown (%s), and the %s source on %s builds unsigned DKMS modules, which do "
+        "not load when Secure Boot is on: set nvidia_driver_secure_boot: false if Secure Boot is off on this host (true if "
+        "it is on), or nvidia_driver_secure_boot_mok: true to sign the modules either way%s"
+        % (reason, source, distro, _signed_hint(capabilities))
+    ]
 
 
 def _stage_headers(dkms: bool, host: Mapping[str, t.Any], request: Mapping[str, t.Any]) -> tuple[list[str], list[str]]:
@@ -1071,12 +1113,30 @@ def apt_name_unknown(output: t.Any, name: t.Any) -> bool:
     return str(name) not in str(output or "").splitlines()
 
 
+# What ``mokutil --sb-state`` prints on its first line for the two states it can read.
+SB_STATE_LINES = {"SecureBoot enabled": True, "SecureBoot disabled": False}
+
+
 def secure_boot_enabled(mokutil_found: bool, output: t.Any) -> bool | None:
-    """Secure Boot from ``mokutil --sb-state``: None without mokutil (unknown), else whether it printed
-    "SecureBoot enabled" (it exits non-zero on machines without EFI variables and says so)."""
+    """Secure Boot from ``mokutil --sb-state``: True or False only when a line of its output is exactly "SecureBoot
+    enabled" or "SecureBoot disabled" (and not both); None (unknown) without mokutil, when it could not run or printed
+    neither (on a machine without EFI variables it exits non-zero and says so, and a container cannot read them)."""
     if not mokutil_found:
         return None
-    return "SecureBoot enabled" in str(output or "")
+    found = {SB_STATE_LINES[line.strip()] for line in str(output or "").splitlines() if line.strip() in SB_STATE_LINES}
+    return found.pop() if len(found) == 1 else None
+
+
+def secure_boot_unknown(mokutil: str, mokutil_found: bool, rc: int | None, output: t.Any, error: t.Any) -> str | None:
+    """Why ``secure_boot_enabled`` could not tell (None when it could), for the plan's error."""
+    if not mokutil_found:
+        return "%s does not exist" % mokutil
+    if secure_boot_enabled(True, output) is not None:
+        return None
+    said = " ".join(" ".join(str(part or "") for part in (output, error)).split())[:200]
+    if rc is None:
+        return "%s --sb-state could not run: %s" % (mokutil, said or "no reason given")
+    return "%s --sb-state exited %d and printed %s" % (mokutil, rc, repr(said) if said else "nothing")
 
 
 def mentions_any(text: t.Any, needles: t.Any) -> bool:
