@@ -754,29 +754,52 @@ def resolve_packages(plan_result: Mapping[str, t.Any], table: Mapping[str, t.Any
 NVIDIA_RPM_EPOCH = 3
 
 
+# An rpm package name as the versionlock entries hold it: one literal name, nothing that is a glob, a space or a line.
+_RPM_NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*")
+
+
+def _lock_parts(names: t.Any, plan_result: Mapping[str, t.Any]) -> tuple[list[str], str | None, int | None]:
+    """The names, version and branch of a versionlock entry, each checked: they become lines of a file dnf reads, and a
+    newline or a glob in one would add entries or lock other packages. Raises ValueError naming the value."""
+    held = sorted(set(_names(names)))
+    bad = [name for name in held if not _RPM_NAME_RE.fullmatch(name)]
+    if bad:
+        raise ValueError("versionlock: %s %s not a package name (letters, digits and _ . + - only)"
+                         % (", ".join(repr(name) for name in bad), "is" if len(bad) == 1 else "are"))
+    version = plan_result.get("version")
+    if version:
+        if not isinstance(version, str) or not _VERSION_RE.fullmatch(version):
+            raise ValueError("versionlock: the plan's version %r is not a driver version such as 580.65.06" % (version,))
+        return held, version, None
+    branch = plan_result.get("branch")
+    if isinstance(branch, bool) or not (isinstance(branch, int) or (isinstance(branch, str) and re.fullmatch(r"[0-9]{3}", branch))):
+        raise ValueError("versionlock: the plan's branch %r is not a driver branch such as 580" % (branch,))
+    return held, None, int(branch)
+
+
 def versionlock_dnf4(names: t.Any, plan_result: Mapping[str, t.Any]) -> list[str]:
     """Lines of the dnf4 versionlock plugin's lock list holding ``names`` at the plan's branch or exact version.
 
     ``name-580.*`` (the NEV form with a glob version) holds every 580 release; ``name-580.65.06-*`` one version. Lines
     are written as they are (``dnf versionlock add --raw``), so a later release of the branch is not locked out.
+    Raises ValueError for a name, version or branch that would change the lines' structure.
     """
-    version = plan_result.get("version")
-    glob = ("%s-*" % version) if version else ("%s.*" % plan_result.get("branch"))
-    return ["%s-%s" % (name, glob) for name in sorted(set(_names(names)))]
+    held, version, branch = _lock_parts(names, plan_result)
+    glob = ("%s-*" % version) if version else ("%d.*" % t.cast(int, branch))
+    return ["%s-%s" % (name, glob) for name in held]
 
 
 def versionlock_dnf5(names: t.Any, plan_result: Mapping[str, t.Any], epoch: int = NVIDIA_RPM_EPOCH) -> list[dict[str, t.Any]]:
     """Entries of dnf5's /etc/dnf/versionlock.toml holding ``names`` at the branch (an evr range) or exact version."""
-    version = plan_result.get("version")
+    held, version, branch = _lock_parts(names, plan_result)
     if version:
         # [3:V, 3:V.0): every release of exactly this version (rpm version comparison: V < V.0 < the next V).
         low, high = "%d:%s" % (epoch, version), "%d:%s.0" % (epoch, version)
     else:
-        branch = int(plan_result.get("branch"))
-        low, high = "%d:%d" % (epoch, branch), "%d:%d" % (epoch, branch + 1)
+        low, high = "%d:%d" % (epoch, t.cast(int, branch)), "%d:%d" % (epoch, t.cast(int, branch) + 1)
     return [
         {"name": name, "conditions": [{"key": "evr", "comparator": ">=", "value": low}, {"key": "evr", "comparator": "<", "value": high}]}
-        for name in sorted(set(_names(names)))
+        for name in held
     ]
 
 
@@ -931,6 +954,10 @@ def lockstep_hold(names: t.Any, version: t.Any) -> dict[str, t.Any]:
       without an epoch as well as the driver's with 3).
     """
     held_names = sorted(set(_names(names)))
+    bad = [name for name in held_names if not _RPM_NAME_RE.fullmatch(name)]
+    if bad:
+        # The names become apt preferences stanzas and versionlock lines: a newline would add a stanza or an entry.
+        raise ValueError("lockstep_hold: %s: not package names (letters, digits and _ . + - only)" % ", ".join(repr(name) for name in bad))
     text = str(version or "").strip()
     if text and not _VERSION_RE.fullmatch(text):
         raise ValueError("lockstep_hold: %r is not a driver version such as 580.65.06" % (text,))

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import copy
+import re
 
 import pytest
 
@@ -470,3 +471,37 @@ def test_versionlock_entries():
 def test_package_lists_nested_by_yaml_anchors_are_flattened():
     table = {"module": {"open": ["a"]}, "pin": [["b", "c"], "d", None, ""]}
     assert _driver.resolve_packages({"branch": 580}, table)["hold"] == ["a", "b", "c", "d"]
+
+
+# The versionlock and hold filters build lines of files dnf and apt read: what would add a line, an entry or a glob is
+# refused, naming it.
+@pytest.mark.parametrize("names, plan_result, problem", [
+    (["nvidia-driver\n$(REBOOT)"], {"branch": 580}, "'nvidia-driver\\n$(REBOOT)' is not a package name"),
+    (["nvidia-*"], {"branch": 580}, "'nvidia-*' is not a package name"),
+    (["nvidia driver"], {"branch": 580}, "is not a package name"),
+    (["-nvidia"], {"branch": 580}, "is not a package name"),
+    (["nvidia-driver", "a\rb"], {"branch": 580}, "'a\\rb' is not a package name"),
+    (["nvidia-driver"], {"version": "580.1\nevil"}, "the plan's version '580.1\\nevil' is not a driver version"),
+    (["nvidia-driver"], {"version": "580.*"}, "is not a driver version"),
+    (["nvidia-driver"], {"version": 580.65}, "is not a driver version"),
+    (["nvidia-driver"], {"branch": "580\nx"}, "the plan's branch '580\\nx' is not a driver branch"),
+    (["nvidia-driver"], {"branch": "58*"}, "is not a driver branch"),
+    (["nvidia-driver"], {"branch": True}, "is not a driver branch"),
+    (["nvidia-driver"], {"branch": None}, "is not a driver branch"),
+])
+@pytest.mark.parametrize("style", ["dnf4", "dnf5"])
+def test_versionlock_refuses_what_would_change_the_files_structure(names, plan_result, problem, style):
+    from ansible.errors import AnsibleFilterError
+    from ansible_collections.gpuhost.nvidia.plugins.filter import driver as driver_filters
+    with pytest.raises(ValueError, match=re.escape(problem)):
+        getattr(_driver, "versionlock_" + style)(names, plan_result)
+    if plan_result.get("version") or plan_result.get("branch") not in (None, ""):
+        with pytest.raises(AnsibleFilterError) as err:
+            driver_filters.nvidia_driver_versionlock(names, plan_result, style)
+        assert str(err.value).startswith("nvidia_driver_versionlock: versionlock: ") and problem in str(err.value)
+
+
+@pytest.mark.parametrize("names", [["nvidia-fabricmanager\nPin-Priority: 1001"], ["nvidia-*"], ["a b"]])
+def test_lockstep_hold_refuses_names_that_are_not_names(names):
+    with pytest.raises(ValueError, match="not package names"):
+        _driver.lockstep_hold(names, "580.65.06")
