@@ -52,10 +52,13 @@ def nvidia_driver_versionlock(names: t.Any, plan: t.Any = None, style: str = "dn
     plan_map = mapping(plan, "nvidia_driver_versionlock plan")
     if not plan_map.get("version") and plan_map.get("branch") in (None, ""):
         raise AnsibleFilterError("nvidia_driver_versionlock: the plan has neither a branch nor a version to hold")
-    if style == "dnf4":
-        return _driver.versionlock_dnf4(names, plan_map)
-    if style == "dnf5":
-        return _driver.versionlock_dnf5(names, plan_map)
+    try:
+        if style == "dnf4":
+            return _driver.versionlock_dnf4(names, plan_map)
+        if style == "dnf5":
+            return _driver.versionlock_dnf5(names, plan_map)
+    except ValueError as exc:
+        raise AnsibleFilterError("nvidia_driver_versionlock: %s" % exc) from None
     raise AnsibleFilterError("nvidia_driver_versionlock: style must be dnf4 or dnf5, got %r" % (style,))
 
 

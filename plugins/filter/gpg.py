@@ -24,8 +24,18 @@ _gpg = module_utils("_gpg")
 def gpg_primary_fingerprints(colons: t.Any) -> list[str]:
     """Primary key fingerprints from ``gpg --with-colons`` output (or a registered command result)."""
     if isinstance(colons, Mapping):
+        # A failed gpg printed nothing to read: that is not "no keys".
+        if colons.get("failed") or colons.get("rc") not in (None, 0):
+            raise AnsibleFilterError("gpg_primary_fingerprints: the gpg command failed (rc %s): %s" % (
+                colons.get("rc"), str(colons.get("stderr") or colons.get("msg") or "no message")[-500:]))
         colons = colons.get("stdout", "")
-    return _gpg.gpg_primary_fingerprints(colons)
+    if colons is not None and not isinstance(colons, str):
+        raise AnsibleFilterError("gpg_primary_fingerprints: the input is a %s, not gpg's --with-colons text or a registered "
+                                 "command result" % type(colons).__name__)
+    try:
+        return _gpg.gpg_primary_fingerprints(colons)
+    except _gpg.GpgError as exc:
+        raise AnsibleFilterError("gpg_primary_fingerprints: %s" % exc) from None
 
 
 def gpg_fingerprint(value: t.Any, empty: bool = False) -> str:

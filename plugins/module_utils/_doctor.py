@@ -32,7 +32,9 @@ except ImportError:  # pragma: no cover - Python < 3.11
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 STATUSES = (OK, WARN, FAIL)
-SECURE_BOOT_VAR = "/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-e98c0ff1c4a8"
+# The UEFI SecureBoot variable (EFI_GLOBAL_VARIABLE's GUID) as efivarfs shows it: four octets of attributes, then the
+# one-octet value, 1 on and 0 off (docs/sources.md, "Secure Boot, fail closed").
+SECURE_BOOT_VAR = "/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
 SIGNATURE_MAGIC = b"~Module signature appended~\n"
 # Throttle reasons that are not a problem: idle, a clock the admin set, sync boost, a display clock.
 BENIGN_THROTTLE = frozenset({"gpu_idle", "applications_clocks_setting", "sync_boost", "display_clock_setting"})
@@ -81,16 +83,28 @@ def _file(root: str, path: str) -> dict[str, t.Any]:
 
 
 def _secure_boot(root: str) -> bool | None:
-    """True/False from the EFI variable; None on a legacy-BIOS boot (no /sys/firmware/efi) or when unreadable."""
+    """True/False from the EFI variable; None when it cannot be read: no /sys/firmware/efi (a legacy boot, or a
+    container that cannot see the firmware: :func:`_firmware_visible` tells them apart), or a variable that is missing,
+    unreadable or holds anything but 0 or 1."""
     if not os.path.isdir(_join(root, "/sys/firmware/efi")):
         return None
     try:
         with open(_join(root, SECURE_BOOT_VAR), "rb") as handle:
-            data = handle.read()
+            data = handle.read(64)
     except OSError:
         return None
-    # 4 bytes of attributes, then the value.
-    return bool(data[4]) if len(data) >= 5 else None
+    if len(data) != 5 or data[4] not in (0, 1):
+        return None
+    return data[4] == 1
+
+
+def _firmware_visible(root: str) -> bool:
+    """Whether /sys/firmware shows the firmware's entries (acpi, dmi, efi, devicetree...): a container often has it
+    empty or masked, and there a missing efi directory says nothing about how the host booted."""
+    try:
+        return bool(os.listdir(_join(root, "/sys/firmware")))
+    except OSError:
+        return False
 
 
 def _module_signed(root: str, kernel_release: str) -> tuple[str | None, bool | None]:
@@ -149,6 +163,7 @@ def read_host(facts: dict[str, t.Any], params: dict[str, t.Any], root: str = "/"
         "nouveau_loaded": os.path.isdir(_join(root, "/sys/module/nouveau")),
         "secure_boot": _secure_boot(root),
         "efi": os.path.isdir(_join(root, "/sys/firmware/efi")),
+        "firmware_visible": _firmware_visible(root),
         "module_path": module_path,
         "module_signed": module_signed,
         "docker_daemon_json": _file(root, params["docker_daemon_json"]),
@@ -278,14 +293,24 @@ def check_boot_kernel(facts: dict[str, t.Any], host: dict[str, t.Any], params: d
 def check_secure_boot(facts: dict[str, t.Any], host: dict[str, t.Any], params: dict[str, t.Any]) -> dict[str, str]:
     title = "Secure Boot vs module signing"
     state = host["secure_boot"]
-    if state is None:
-        return check("secure_boot", title, OK, "no UEFI Secure Boot variable (legacy boot or no efivars): unsigned modules load"
-                     if not host["efi"] else "UEFI, but the SecureBoot variable is unreadable; treated as off")
-    if not state:
-        return check("secure_boot", title, OK, "Secure Boot is off: unsigned modules load")
     driver = facts.get("driver") or {}
+    if state is None and not host["efi"] and host.get("firmware_visible", True):
+        return check("secure_boot", title, OK, "no UEFI (legacy boot: /sys/firmware has no efi directory): Secure Boot cannot be "
+                                               "on, unsigned modules load")
+    if state is False:
+        return check("secure_boot", title, OK, "Secure Boot is off: unsigned modules load")
     if driver.get("kernel_module_loaded"):
-        return check("secure_boot", title, OK, "Secure Boot is on and the nvidia module is loaded, so its signature was accepted")
+        return check("secure_boot", title, OK, "Secure Boot is %s and the nvidia module is loaded, so its signature was accepted"
+                     % ("on" if state else "unknown"))
+    if state is None:
+        # Unknown is not off: an unsigned module does not load on a Secure Boot host, and this one cannot say which it is.
+        why = ("UEFI, but the SecureBoot variable is missing, unreadable or not 0 or 1" if host["efi"]
+               else "/sys/firmware shows nothing here (a container, or masked)")
+        unsigned = host["module_path"] is not None and host["module_signed"] is False
+        consequence = (", and %s carries no signature: if Secure Boot is on, the kernel refuses it" % host["module_path"]) if unsigned else ""
+        return check("secure_boot", title, WARN, "the Secure Boot state is unknown (%s)%s" % (why, consequence),
+                     "Read the state where the firmware is visible: `mokutil --sb-state` on the host itself; if it is on, sign the "
+                     "module with an enrolled key (`mokutil --import /var/lib/dkms/mok.pub`, then rebuild with DKMS)")
     if host["module_path"] is None:
         return check("secure_boot", title, WARN, "Secure Boot is on and no nvidia module is built for kernel %s" % host["kernel_release"],
                      "Install the driver with DKMS signing set up (a Machine Owner Key enrolled with `mokutil --import`)")

@@ -150,10 +150,12 @@ def plan(
     """Decide what the role installs, or why it must not.
 
     request: source, flavour, branch, version, cuda_version, cuda_minor_version_compatibility, passthrough_pci_addresses,
-        passthrough_policy, fabric_manager, nvlsm, secure_boot_mok, force, require_headers, reboot; the repository
+        passthrough_policy, fabric_manager, nvlsm, secure_boot (auto/true/false: the state where mokutil cannot tell),
+        secure_boot_mok, force, require_headers, reboot; the repository
         values written into files (repo_url, repo_key_url, repo_key_fingerprint, epel_*, pacman_repo_name: REQUEST_RULES).
     facts: ansible_facts.nvidia_gpu (may be empty).
-    host: distribution, distribution_major_version, connection, secure_boot (True/False/None), headers_present,
+    host: distribution, distribution_major_version, connection, secure_boot (True/False/None: unknown), secure_boot_unknown
+        (why it is unknown), headers_present,
         runfile_install (list of paths found), installed_packages (names), foreign_repo_files (paths).
     capabilities: the role's per-distribution table (``__nvidia_driver_capabilities``): supported, name, versions,
         sources: {nvidia|distro: {available, branches, flavours, signed_modules, dkms, fabric_manager, foreign_packages,
@@ -180,7 +182,10 @@ def plan(
         "gpus": [],
         "excluded_gpus": [],
         "architectures": [],
-        "secure_boot": {"enabled": host.get("secure_boot"), "path": None},
+        # enabled: the state the plan goes by (None: unknown); detected: what mokutil reported; stated: the user's
+        # nvidia_driver_secure_boot (None: auto); path: how modules load (_stage_secure_boot).
+        "secure_boot": {"enabled": secure_boot_state(host.get("secure_boot")), "detected": secure_boot_state(host.get("secure_boot")),
+                        "stated": None, "path": None},
         "notes": [],
         "errors": errors,
     }
@@ -404,23 +409,60 @@ def _stage_flavour(
     return chosen, errors
 
 
+def secure_boot_state(value: t.Any) -> bool | None:
+    """The host's Secure Boot state as the plan reads it: True or False only for a real boolean (or its text, as a
+    template may hand it on), None (unknown) for anything else, so that an unreadable state is never taken for off."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower() if isinstance(value, str) else None
+    return {"true": True, "false": False}.get(text or "")
+
+
 def _stage_secure_boot(
-    result: Mapping[str, t.Any], host: Mapping[str, t.Any], request: Mapping[str, t.Any], capabilities: Mapping[str, t.Any], source: str, distro: str
+    result: t.MutableMapping[str, t.Any], host: Mapping[str, t.Any], request: Mapping[str, t.Any], capabilities: Mapping[str, t.Any], source: str, distro: str
 ) -> tuple[str | None, list[str]]:
-    """How modules load under Secure Boot: ``signed`` (the source's), ``mok`` (DKMS signing), ``off``, or None (unknown)."""
-    if host.get("secure_boot"):
-        if result["signed_modules"] and not result["dkms"]:
+    """How modules load under Secure Boot: ``signed`` (the source's), ``mok`` (DKMS signing), ``off``, or None (unknown).
+
+    The host's state is what mokutil reported; only when it could not tell (None) does the user's statement
+    (``nvidia_driver_secure_boot``) stand in for it. Unknown, unstated and unsigned DKMS modules stop the plan: an
+    unsigned module on a Secure Boot host does not load, and the host cannot say which it is.
+    """
+    probed = secure_boot_state(host.get("secure_boot"))
+    stated = _tristate(request.get("secure_boot", "auto"))
+    if stated not in ("auto", "true", "false"):
+        return None, ["nvidia_driver_secure_boot must be auto, true or false, got %r: state whether Secure Boot is on where "
+                      "the host cannot tell (auto: what mokutil reports)" % (request.get("secure_boot"),)]
+    state = probed if probed is not None or stated == "auto" else stated == "true"
+    result["secure_boot"].update(enabled=state, detected=probed, stated=None if stated == "auto" else stated == "true")
+    if probed is not None and stated != "auto" and (stated == "true") != probed:
+        result["notes"].append("nvidia_driver_secure_boot is %s, but mokutil reports Secure Boot %s: the role goes by what the "
+                               "host reports" % (stated, "on" if probed else "off"))
+    signed = bool(result["signed_modules"]) and not result["dkms"]
+    if state:
+        if signed:
             return "signed", []
         if request.get("secure_boot_mok"):
             return "mok", []
         return None, [
-            "Secure Boot is enabled and the %s source on %s builds unsigned DKMS modules that would not load: set "
+            "Secure Boot is %s and the %s source on %s builds unsigned DKMS modules that would not load: set "
             "nvidia_driver_secure_boot_mok: true to sign them with a Machine Owner Key (enrolment is then pending until "
-            "the next boot's MokManager), or use a source with signed modules%s" % (source, distro, _signed_hint(capabilities))
+            "the next boot's MokManager), or use a source with signed modules%s"
+            % ("enabled" if probed else "stated on (nvidia_driver_secure_boot: true)", source, distro, _signed_hint(capabilities))
         ]
-    if host.get("secure_boot") is False:
+    if state is False:
         return "off", []
-    return None, []
+    # Unknown and unstated.
+    if signed:
+        return "signed", []
+    if request.get("secure_boot_mok"):
+        return "mok", []
+    reason = str(host.get("secure_boot_unknown") or "mokutil could not tell")
+    return None, [
+        "the Secure Boot state of this host is unknown (%s), and the %s source on %s builds unsigned DKMS modules, which do "
+        "not load when Secure Boot is on: set nvidia_driver_secure_boot: false if Secure Boot is off on this host (true if "
+        "it is on), or nvidia_driver_secure_boot_mok: true to sign the modules either way%s"
+        % (reason, source, distro, _signed_hint(capabilities))
+    ]
 
 
 def _stage_headers(dkms: bool, host: Mapping[str, t.Any], request: Mapping[str, t.Any]) -> tuple[list[str], list[str]]:
@@ -712,29 +754,52 @@ def resolve_packages(plan_result: Mapping[str, t.Any], table: Mapping[str, t.Any
 NVIDIA_RPM_EPOCH = 3
 
 
+# An rpm package name as the versionlock entries hold it: one literal name, nothing that is a glob, a space or a line.
+_RPM_NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*")
+
+
+def _lock_parts(names: t.Any, plan_result: Mapping[str, t.Any]) -> tuple[list[str], str | None, int | None]:
+    """The names, version and branch of a versionlock entry, each checked: they become lines of a file dnf reads, and a
+    newline or a glob in one would add entries or lock other packages. Raises ValueError naming the value."""
+    held = sorted(set(_names(names)))
+    bad = [name for name in held if not _RPM_NAME_RE.fullmatch(name)]
+    if bad:
+        raise ValueError("versionlock: %s %s not a package name (letters, digits and _ . + - only)"
+                         % (", ".join(repr(name) for name in bad), "is" if len(bad) == 1 else "are"))
+    version = plan_result.get("version")
+    if version:
+        if not isinstance(version, str) or not _VERSION_RE.fullmatch(version):
+            raise ValueError("versionlock: the plan's version %r is not a driver version such as 580.65.06" % (version,))
+        return held, version, None
+    branch = plan_result.get("branch")
+    if isinstance(branch, bool) or not (isinstance(branch, int) or (isinstance(branch, str) and re.fullmatch(r"[0-9]{3}", branch))):
+        raise ValueError("versionlock: the plan's branch %r is not a driver branch such as 580" % (branch,))
+    return held, None, int(branch)
+
+
 def versionlock_dnf4(names: t.Any, plan_result: Mapping[str, t.Any]) -> list[str]:
     """Lines of the dnf4 versionlock plugin's lock list holding ``names`` at the plan's branch or exact version.
 
     ``name-580.*`` (the NEV form with a glob version) holds every 580 release; ``name-580.65.06-*`` one version. Lines
     are written as they are (``dnf versionlock add --raw``), so a later release of the branch is not locked out.
+    Raises ValueError for a name, version or branch that would change the lines' structure.
     """
-    version = plan_result.get("version")
-    glob = ("%s-*" % version) if version else ("%s.*" % plan_result.get("branch"))
-    return ["%s-%s" % (name, glob) for name in sorted(set(_names(names)))]
+    held, version, branch = _lock_parts(names, plan_result)
+    glob = ("%s-*" % version) if version else ("%d.*" % t.cast(int, branch))
+    return ["%s-%s" % (name, glob) for name in held]
 
 
 def versionlock_dnf5(names: t.Any, plan_result: Mapping[str, t.Any], epoch: int = NVIDIA_RPM_EPOCH) -> list[dict[str, t.Any]]:
     """Entries of dnf5's /etc/dnf/versionlock.toml holding ``names`` at the branch (an evr range) or exact version."""
-    version = plan_result.get("version")
+    held, version, branch = _lock_parts(names, plan_result)
     if version:
         # [3:V, 3:V.0): every release of exactly this version (rpm version comparison: V < V.0 < the next V).
         low, high = "%d:%s" % (epoch, version), "%d:%s.0" % (epoch, version)
     else:
-        branch = int(plan_result.get("branch"))
-        low, high = "%d:%d" % (epoch, branch), "%d:%d" % (epoch, branch + 1)
+        low, high = "%d:%d" % (epoch, t.cast(int, branch)), "%d:%d" % (epoch, t.cast(int, branch) + 1)
     return [
         {"name": name, "conditions": [{"key": "evr", "comparator": ">=", "value": low}, {"key": "evr", "comparator": "<", "value": high}]}
-        for name in sorted(set(_names(names)))
+        for name in held
     ]
 
 
@@ -889,6 +954,10 @@ def lockstep_hold(names: t.Any, version: t.Any) -> dict[str, t.Any]:
       without an epoch as well as the driver's with 3).
     """
     held_names = sorted(set(_names(names)))
+    bad = [name for name in held_names if not _RPM_NAME_RE.fullmatch(name)]
+    if bad:
+        # The names become apt preferences stanzas and versionlock lines: a newline would add a stanza or an entry.
+        raise ValueError("lockstep_hold: %s: not package names (letters, digits and _ . + - only)" % ", ".join(repr(name) for name in bad))
     text = str(version or "").strip()
     if text and not _VERSION_RE.fullmatch(text):
         raise ValueError("lockstep_hold: %r is not a driver version such as 580.65.06" % (text,))
@@ -1071,12 +1140,30 @@ def apt_name_unknown(output: t.Any, name: t.Any) -> bool:
     return str(name) not in str(output or "").splitlines()
 
 
+# What ``mokutil --sb-state`` prints on its first line for the two states it can read.
+SB_STATE_LINES = {"SecureBoot enabled": True, "SecureBoot disabled": False}
+
+
 def secure_boot_enabled(mokutil_found: bool, output: t.Any) -> bool | None:
-    """Secure Boot from ``mokutil --sb-state``: None without mokutil (unknown), else whether it printed
-    "SecureBoot enabled" (it exits non-zero on machines without EFI variables and says so)."""
+    """Secure Boot from ``mokutil --sb-state``: True or False only when a line of its output is exactly "SecureBoot
+    enabled" or "SecureBoot disabled" (and not both); None (unknown) without mokutil, when it could not run or printed
+    neither (on a machine without EFI variables it exits non-zero and says so, and a container cannot read them)."""
     if not mokutil_found:
         return None
-    return "SecureBoot enabled" in str(output or "")
+    found = {SB_STATE_LINES[line.strip()] for line in str(output or "").splitlines() if line.strip() in SB_STATE_LINES}
+    return found.pop() if len(found) == 1 else None
+
+
+def secure_boot_unknown(mokutil: str, mokutil_found: bool, rc: int | None, output: t.Any, error: t.Any) -> str | None:
+    """Why ``secure_boot_enabled`` could not tell (None when it could), for the plan's error."""
+    if not mokutil_found:
+        return "%s does not exist" % mokutil
+    if secure_boot_enabled(True, output) is not None:
+        return None
+    said = " ".join(" ".join(str(part or "") for part in (output, error)).split())[:200]
+    if rc is None:
+        return "%s --sb-state could not run: %s" % (mokutil, said or "no reason given")
+    return "%s --sb-state exited %d and printed %s" % (mokutil, rc, repr(said) if said else "nothing")
 
 
 def mentions_any(text: t.Any, needles: t.Any) -> bool:

@@ -39,8 +39,11 @@ temporary copy in the module's own temporary directory. When the module has the 
 from __future__ import annotations
 
 import errno
+import grp
 import json
 import os
+import pwd
+import re
 import stat
 import tempfile
 import typing as t
@@ -83,6 +86,70 @@ _KINDS = (
     (stat.S_ISCHR, "a character device"),
     (stat.S_ISBLK, "a block device"),
 )
+
+
+# The common file arguments as AnsibleModule applies them, checked before anything is written: AnsibleModule only
+# reads them after the file has been replaced, so a bad mode or an unknown owner would fail with the new file in place.
+# An octal mode as a string (three or four digits, as file modes are written), or chmod's symbolic clauses joined by
+# commas, in the form AnsibleModule parses them (users, then operator and permissions, one or more times).
+OCTAL_MODE_RE = re.compile(r"[0-7]{3,4}")
+SYMBOLIC_MODE_RE = re.compile(r"[ugoa]*(?:[-+=](?:[rwxXst]*|[ugo]))+(?:,[ugoa]*(?:[-+=](?:[rwxXst]*|[ugo]))+)*")
+# A user or group name as useradd and groupadd accept them by default (and Samba machine accounts' trailing $), or
+# a numeric ID.
+ACCOUNT_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}\$?")
+NUMERIC_ID_RE = re.compile(r"[0-9]{1,20}")
+MAX_ID = 2 ** 32 - 2  # (uid_t) -1 means "unchanged" to chown
+
+
+def mode_error(mode: t.Any, option: str = "mode") -> str | None:
+    """Why ``mode`` is not a file mode AnsibleModule can apply (None when it is, or when it is None)."""
+    if mode is None:
+        return None
+    if isinstance(mode, bool) or not isinstance(mode, (int, str)):
+        return "%s: %r is a %s, not a file mode: write it as a quoted octal string such as '0644'" % (option, mode, type(mode).__name__)
+    if isinstance(mode, int):
+        if 0 <= mode <= 0o7777:
+            return None
+        return ("%s: %r is not a file mode (0 to 0o7777); an unquoted 0644 in YAML is octal, 644 is decimal: quote it, "
+                "as '0644'" % (option, mode))
+    if OCTAL_MODE_RE.fullmatch(mode) or SYMBOLIC_MODE_RE.fullmatch(mode):
+        return None
+    return "%s: %r is not a file mode: use an octal string such as '0644' or chmod's symbolic form such as 'u=rw,g=r,o=r'" % (option, mode)
+
+
+def mode_bits(mode: t.Any) -> int | None:
+    """The permission bits an octal ``mode`` sets (None for a symbolic or missing mode). Call after :func:`mode_error`."""
+    if isinstance(mode, int) and not isinstance(mode, bool):
+        return mode
+    if isinstance(mode, str) and OCTAL_MODE_RE.fullmatch(mode):
+        return int(mode, 8)
+    return None
+
+
+def account_error(value: t.Any, option: str, lookup: t.Callable[[str], t.Any]) -> str | None:
+    """Why ``value`` (an owner or group) cannot be applied on this host: not a name or ID, or no such account. ``lookup``
+    is pwd.getpwnam or grp.getgrnam; it raises KeyError for a name the host does not know."""
+    if value is None:
+        return None
+    text = str(value) if isinstance(value, (str, int)) and not isinstance(value, bool) else None
+    if text is None:
+        return "%s: %r is a %s, not a user or group name" % (option, value, type(value).__name__)
+    if NUMERIC_ID_RE.fullmatch(text):
+        return None if int(text) <= MAX_ID else "%s: %r is not a valid numeric ID (0 to %d)" % (option, text, MAX_ID)
+    if not ACCOUNT_NAME_RE.fullmatch(text):
+        return "%s: %r is not a user or group name (letters, digits, '_', '.', '-', starting with a letter or '_')" % (option, text)
+    try:
+        lookup(text)
+    except KeyError:
+        return "%s: %r does not exist on this host: create it first, or name an existing one" % (option, text)
+    return None
+
+
+def file_args_errors(params: t.Mapping[str, t.Any]) -> list[str]:
+    """Every problem of a module's ``mode``, ``owner`` and ``group`` (its common file arguments), before it writes."""
+    errors = [mode_error(params.get("mode")), account_error(params.get("owner"), "owner", pwd.getpwnam),
+              account_error(params.get("group"), "group", grp.getgrnam)]
+    return [error for error in errors if error]
 
 
 def _kind(mode: int) -> str:

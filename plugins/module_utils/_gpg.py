@@ -27,6 +27,7 @@ import base64
 import binascii
 import hashlib
 import re
+import time
 import typing as t
 from dataclasses import dataclass, field
 
@@ -75,18 +76,30 @@ def fingerprint_error(value: t.Any, option: str = "fingerprint") -> str | None:
     return _validate.one(FINGERPRINT, option, value)
 
 
+# A fingerprint as gpg --with-colons prints it (field 10 of an fpr record): 40 or 64 hex digits, nothing else.
+COLONS_FINGERPRINT_RE = re.compile(r"[0-9A-Fa-f]{40}|[0-9A-Fa-f]{64}")
+
+
 def gpg_primary_fingerprints(colons: t.Any) -> list[str]:
-    """Fingerprints of the primary keys in ``gpg --with-colons`` output (``pub`` records, not subkeys), upper case."""
+    """Fingerprints of the primary keys in ``gpg --with-colons`` output (``pub`` records, not subkeys), upper case.
+
+    Raises GpgError for a primary key's ``fpr`` record whose fingerprint is not 40 or 64 hex digits: the result ends up
+    in commands and files, and text that is not gpg's (``$(reboot)``, a newline) is not passed on as a fingerprint.
+    """
     out: list[str] = []
     expect = False
-    for line in str(colons or "").splitlines():
-        fields = line.split(":")
+    for number, line in enumerate(str(colons or "").split("\n"), 1):
+        fields = line.rstrip("\r").split(":")
         if fields[0] == "pub":
             expect = True
         elif fields[0] == "sub":
             expect = False
-        elif fields[0] == "fpr" and expect and len(fields) > 9:
-            out.append(fields[9].upper())
+        elif fields[0] == "fpr" and expect:
+            value = fields[9] if len(fields) > 9 else ""
+            if not COLONS_FINGERPRINT_RE.fullmatch(value):
+                raise GpgError("line %d of the gpg --with-colons output is an fpr record whose fingerprint %s is not 40 or 64 "
+                               "hex digits: this is not what gpg prints" % (number, _validate.show(value)))
+            out.append(value.upper())
             expect = False
     return out
 
@@ -220,6 +233,180 @@ def key_fingerprint(body: bytes) -> str:
     raise GpgError("a version %d public key: only version 4, 5 and 6 keys are accepted" % version)
 
 
+# --- signatures on the primary key: expiry and revocation (RFC 9580 sections 5.2 and 5.2.3) -------------------------
+
+# Signature types (RFC 9580 section 5.2.1): certifications of a user ID by the key itself (generic, persona, casual,
+# positive), a direct-key signature, and the key revocation signature.
+SIG_CERTIFICATIONS = frozenset((0x10, 0x11, 0x12, 0x13))
+SIG_DIRECT_KEY = 0x1F
+SIG_KEY_REVOCATION = 0x20
+# Signature subpackets (RFC 9580 section 5.2.3.7): creation time, key expiration time, issuer key ID, reason for
+# revocation, issuer fingerprint.
+SUB_CREATION, SUB_KEY_EXPIRATION, SUB_ISSUER, SUB_REASON, SUB_ISSUER_FPR = 2, 9, 16, 29, 33
+# Reason for Revocation codes (RFC 9580 section 5.2.3.31).
+REVOCATION_REASONS = {0: "no reason given", 1: "key superseded", 2: "key material compromised", 3: "key retired"}
+
+
+@dataclass
+class Signature:
+    """What the expiry and revocation checks read from one signature packet."""
+
+    version: int
+    sig_type: int
+    created: int | None = None
+    key_expiration: int | None = None  # seconds after the key's creation (hashed area only); 0 means never
+    issuers: list[str] = field(default_factory=list)  # upper-case hex key IDs and fingerprints
+    reason: str | None = None
+
+
+def _subpackets(data: bytes) -> list[tuple[int, bytes]]:
+    """(type without the critical bit, body) of each subpacket in a subpacket area. Raises GpgError."""
+    out: list[tuple[int, bytes]] = []
+    pos = 0
+    while pos < len(data):
+        octet = data[pos]
+        if octet < 192:
+            length, pos = octet, pos + 1
+        elif octet < 255:
+            if pos + 1 >= len(data):
+                raise GpgError("a signature subpacket header is cut short")
+            length, pos = ((octet - 192) << 8) + data[pos + 1] + 192, pos + 2
+        else:
+            if pos + 4 >= len(data):
+                raise GpgError("a signature subpacket header is cut short")
+            length, pos = int.from_bytes(data[pos + 1:pos + 5], "big"), pos + 5
+        if length < 1 or pos + length > len(data):
+            raise GpgError("a signature subpacket is longer than its area")
+        out.append((data[pos] & 0x7F, data[pos + 1:pos + length]))
+        pos += length
+    return out
+
+
+def read_signature(body: bytes) -> Signature:
+    """The signature type, creation time, key expiration, issuers and revocation reason of a signature packet body
+    (versions 3, 4, 5 and 6). Raises GpgError for one that does not parse."""
+    if len(body) < 2:
+        raise GpgError("a signature packet is cut short")
+    version = body[0]
+    if version in (2, 3):
+        # Version 3: a five-octet hashed part (type, creation time), then the eight-octet issuer key ID.
+        if len(body) < 15 or body[1] != 5:
+            raise GpgError("a version 3 signature packet is malformed")
+        return Signature(version=version, sig_type=body[2], created=int.from_bytes(body[3:7], "big"),
+                         issuers=[body[7:15].hex().upper()])
+    if version not in (4, 5, 6):
+        raise GpgError("a version %d signature: only versions 3, 4, 5 and 6 are read" % version)
+    # Version 4: two-octet subpacket area lengths; versions 5 and 6: four-octet ones.
+    width = 2 if version == 4 else 4
+    pos = 4
+    areas: list[bytes] = []
+    for _area in range(2):
+        if pos + width > len(body):
+            raise GpgError("a version %d signature packet is cut short" % version)
+        length = int.from_bytes(body[pos:pos + width], "big")
+        pos += width
+        if pos + length > len(body):
+            raise GpgError("a version %d signature's subpackets are longer than the packet" % version)
+        areas.append(body[pos:pos + length])
+        pos += length
+    sig = Signature(version=version, sig_type=body[1])
+    for index, area in enumerate(areas):
+        hashed = index == 0
+        for kind, data in _subpackets(area):
+            if kind == SUB_ISSUER and len(data) == 8:
+                sig.issuers.append(data.hex().upper())
+            elif kind == SUB_ISSUER_FPR and len(data) > 1:
+                sig.issuers.append(data[1:].hex().upper())
+            elif not hashed:
+                continue  # the unhashed area is not covered by the signature: only who signed is read from it
+            elif kind == SUB_CREATION and len(data) == 4:
+                sig.created = int.from_bytes(data, "big")
+            elif kind == SUB_KEY_EXPIRATION and len(data) == 4:
+                sig.key_expiration = int.from_bytes(data, "big")
+            elif kind == SUB_REASON and data:
+                text = data[1:].decode("utf-8", errors="replace")
+                sig.reason = REVOCATION_REASONS.get(data[0], "reason code %d" % data[0]) + (": %s" % text if text else "")
+    return sig
+
+
+def utc(timestamp: int | None) -> str:
+    """An OpenPGP time (seconds since 1970, UTC) as ``2026-01-31 12:00:00 UTC``."""
+    if timestamp is None:
+        return "an unknown time"
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(timestamp))
+
+
+@dataclass
+class PrimaryState:
+    """A primary key's creation, its expiry as its newest self-signature sets it (None: it never expires), and the
+    key revocation signatures on it.
+
+    Signatures are read, not verified: a key revocation signature counts whoever issued it (a forged one stops the
+    install, which is the safe side), and the expiry is the newest self-signature's, as gpg takes it. The publisher's
+    real signatures are verified by apt, dnf and pacman, which then refuse an expired or revoked key on every update.
+    """
+
+    fingerprint: str
+    created: int | None
+    self_signatures: list[Signature] = field(default_factory=list)
+    revocations: list[Signature] = field(default_factory=list)
+
+    @property
+    def key_id(self) -> str:
+        # Version 4: the low 64 bits of the fingerprint; versions 5 and 6: the high 64 bits (RFC 9580 section 5.5.4).
+        return self.fingerprint[-16:] if len(self.fingerprint) == 40 else self.fingerprint[:16]
+
+    def is_self(self, sig: Signature) -> bool:
+        # A signature without issuer subpackets is taken as the key's own: gpg's exports always name the issuer.
+        return not sig.issuers or any(issuer in (self.key_id, self.fingerprint) for issuer in sig.issuers)
+
+    @property
+    def expires(self) -> int | None:
+        """When the key expires (seconds since 1970), None when it never does."""
+        own = [sig for sig in self.self_signatures if self.is_self(sig)]
+        if not own or self.created is None:
+            return None
+        newest = max(own, key=lambda sig: sig.created or 0)
+        if not newest.key_expiration:
+            return None
+        return self.created + newest.key_expiration
+
+    def describe(self) -> str:
+        parts = ["created %s" % utc(self.created)]
+        expires = self.expires
+        parts.append("expires %s" % utc(expires) if expires is not None else "does not expire")
+        parts += ["revoked %s (%s)" % (utc(sig.created), sig.reason or "no reason given") for sig in self.revocations]
+        return ", ".join(parts)
+
+
+def key_refusals(key: Key, now: float, where: str) -> list[str]:
+    """Why ``key`` must not be installed at ``now``: a revoked or an expired primary key, each named with its date."""
+    problems: list[str] = []
+    for state in key.states:
+        for sig in state.revocations:
+            problems.append("the key %s at %s is revoked: a key revocation signature made %s (%s); apt, dnf and pacman "
+                            "refuse every package it signs" % (state.fingerprint, where, utc(sig.created), sig.reason or "no reason given"))
+        expires = state.expires
+        if expires is not None and expires <= now:
+            problems.append("the key %s at %s expired on %s; apt, dnf and pacman refuse every package it signs. Ask the "
+                            "publisher for the renewed key (the same fingerprint with a later expiry)" % (state.fingerprint, where, utc(expires)))
+    return problems
+
+
+def key_warnings(key: Key, now: float, warn_days: int, where: str) -> list[str]:
+    """A warning for each primary key of ``key`` that expires within ``warn_days`` days of ``now`` (none for 0)."""
+    warnings: list[str] = []
+    if warn_days <= 0:
+        return warnings
+    for state in key.states:
+        expires = state.expires
+        if expires is not None and now < expires <= now + warn_days * 86400:
+            warnings.append("the key %s at %s expires on %s, in %d day(s) (warning from %d days): install its renewal before "
+                            "then, or every update from its repository fails" % (
+                                state.fingerprint, where, utc(expires), -int((now - expires) // 86400), warn_days))
+    return warnings
+
+
 @dataclass
 class Key:
     """A parsed transferable public key (or several): its packets and its primary keys."""
@@ -227,10 +414,13 @@ class Key:
     packets: bytes
     fingerprints: list[str]
     user_ids: list[str] = field(default_factory=list)
+    # One per primary key, in order: its creation, expiry and revocations (see :class:`PrimaryState`).
+    states: list[PrimaryState] = field(default_factory=list)
 
     def describe(self) -> str:
         """A few lines that say which key this is, for the diff (a binary keyring has no readable text)."""
         lines = ["primary key: %s" % fp for fp in self.fingerprints] or ["primary key: none"]
+        lines += ["%s: %s" % (state.fingerprint, state.describe()) for state in self.states]
         lines += ["user ID: %s" % uid for uid in self.user_ids]
         lines.append("sha256 of the packets: %s" % hashlib.sha256(self.packets).hexdigest())
         return "\n".join(lines) + "\n"
@@ -246,6 +436,10 @@ def read_key(data: bytes) -> Key:
     parsed = packets(raw)
     fingerprints: list[str] = []
     user_ids: list[str] = []
+    states: list[PrimaryState] = []
+    # Which component the signatures that follow belong to: the primary key itself, one of its user IDs or user
+    # attributes, or a subkey (whose signatures say nothing about the primary key's expiry or revocation).
+    context = None
     for tag, body, _framed in parsed:
         if tag in SECRET_KEY_TAGS:
             raise GpgError("it holds a secret key: a repository key is public, and a secret one is not installed")
@@ -253,13 +447,30 @@ def read_key(data: bytes) -> Key:
             raise GpgError("it holds a packet (tag %d) that a public key does not have" % tag)
         if tag == TAG_PUBLIC_KEY:
             fingerprints.append(key_fingerprint(body))
+            states.append(PrimaryState(fingerprint=fingerprints[-1], created=int.from_bytes(body[1:5], "big") if len(body) >= 5 else None))
+            context = "key"
         elif tag == TAG_USER_ID and fingerprints:
             user_ids.append(body.decode("utf-8", errors="replace"))
+            context = "user"
+        elif tag == TAG_USER_ATTRIBUTE:
+            context = "user"
+        elif tag == TAG_PUBLIC_SUBKEY:
+            context = "subkey"
+        elif tag == TAG_SIGNATURE and states and context in ("key", "user"):
+            try:
+                sig = read_signature(body)
+            except GpgError as exc:
+                raise GpgError("a signature on the primary key %s cannot be read (%s): its expiry and revocation cannot be "
+                               "told" % (states[-1].fingerprint, exc)) from None
+            if sig.sig_type == SIG_KEY_REVOCATION:
+                states[-1].revocations.append(sig)
+            elif sig.sig_type == SIG_DIRECT_KEY or (context == "user" and sig.sig_type in SIG_CERTIFICATIONS):
+                states[-1].self_signatures.append(sig)
     if not parsed or parsed[0][0] not in (TAG_PUBLIC_KEY, TAG_MARKER):
         raise GpgError("it does not start with a public key packet")
     # Trust packets are local to one keyring (RFC 9580 section 5.10) and are not exported; drop them.
     kept = b"".join(framed for tag, _body, framed in parsed if tag not in (TAG_TRUST, TAG_MARKER))
-    return Key(packets=kept, fingerprints=fingerprints, user_ids=user_ids)
+    return Key(packets=kept, fingerprints=fingerprints, user_ids=user_ids, states=states)
 
 
 # --- the repository_key plan -----------------------------------------------------------------------------------------
@@ -314,10 +525,12 @@ def converged(installed: Installed, pinned: str, fmt: str | None) -> bool:
     return is_armored(installed.data) == (fmt == "armored")
 
 
-def verify_error(installed: Installed, pinned: str, dest: str) -> str | None:
-    """Why ``dest`` (already read into ``installed``) does not hold exactly the pinned key, in any format."""
+def verify_error(installed: Installed, pinned: str, dest: str, now: float | None = None) -> str | None:
+    """Why ``dest`` (already read into ``installed``) does not hold exactly the pinned key, in any format, or holds it
+    expired or revoked at ``now`` (the current time when None)."""
     if converged(installed, pinned, None):
-        return None
+        refusals = key_refusals(t.cast(Key, installed.key), time.time() if now is None else now, dest)
+        return "; ".join(refusals) if refusals else None
     if installed.data is None or installed.problem:
         return "the key at %s cannot be checked: %s" % (dest, installed.problem or "it does not exist")
     return "the key file %s does not hold exactly the pinned key: expected %s, got %s" % (
@@ -334,13 +547,18 @@ class Plan:
     fetched: bool
 
 
-def plan(installed: Installed, pinned: str, fmt: str, refresh: bool, fetch: t.Callable[[], tuple[bytes, str]]) -> Plan:
+def plan(installed: Installed, pinned: str, fmt: str, refresh: bool, fetch: t.Callable[[], tuple[bytes, str]],
+         now: float | None = None) -> Plan:
     """The destination's new content. ``fetch()`` returns the source's bytes and a name for messages; it is called only
-    when the destination does not already hold the pinned key in ``fmt`` (or ``refresh``). Raises GpgError."""
-    if converged(installed, pinned, fmt) and not refresh:
+    when the destination does not already hold the pinned key in ``fmt`` (or ``refresh``), or holds it expired or
+    revoked at ``now`` (the source may have the renewal). Raises GpgError, also for a fetched key that is expired or
+    revoked."""
+    now = time.time() if now is None else now
+    usable = converged(installed, pinned, fmt) and not key_refusals(t.cast(Key, installed.key), now, "")
+    if usable and not refresh:
         return Plan(content=t.cast(bytes, installed.data), key=t.cast(Key, installed.key), fetched=False)
     source, where = fetch()
-    key, content = plan_write(source, pinned, fmt, where)
+    key, content = plan_write(source, pinned, fmt, where, now)
     if converged(installed, pinned, fmt) and t.cast(Key, installed.key).packets == key.packets:
         content = t.cast(bytes, installed.data)  # the same key, armoured differently: leave the file alone
     return Plan(content=content, key=key, fetched=True)
@@ -362,9 +580,10 @@ def describe(installed: Installed) -> str:
     return "format: %s\n%s" % (file_format(installed), installed.key.describe())
 
 
-def plan_write(source: bytes, pinned: str, fmt: str, where: str) -> tuple[Key, bytes]:
+def plan_write(source: bytes, pinned: str, fmt: str, where: str, now: float | None = None) -> tuple[Key, bytes]:
     """The key read from ``source`` and the bytes to install. Raises GpgError naming ``where`` and both fingerprints
-    when the key is not exactly the pinned one."""
+    when the key is not exactly the pinned one, and naming the key and the date when it is revoked or expired at
+    ``now`` (the current time when None)."""
     try:
         key = read_key(source)
     except GpgError as exc:
@@ -372,4 +591,7 @@ def plan_write(source: bytes, pinned: str, fmt: str, where: str) -> tuple[Key, b
     problem = mismatch(pinned, key.fingerprints, where)
     if problem:
         raise GpgError(problem)
+    refusals = key_refusals(key, time.time() if now is None else now, where)
+    if refusals:
+        raise GpgError("; ".join(refusals))
     return key, render(key, fmt)

@@ -493,7 +493,8 @@ def main() -> None:
         module.fail_json(msg=missing_required_lib("PyYAML"), exception=_compose.YAML_IMPORT_ERROR)
 
     params = module.params
-    errors = _validate.check(params, RULES)
+    # mode, owner and group too: AnsibleModule applies them only after the file is written.
+    errors = _validate.check(params, RULES) + _files.file_args_errors(params)
     if errors:
         module.fail_json(msg="; ".join(errors), errors=errors)
     path = os.path.abspath(params["path"])

@@ -145,10 +145,19 @@ package_database:
   type: str
   sample: apt
 secure_boot:
-  description: Whether Secure Boot is enabled; null when O(mokutil) does not exist (unknown).
+  description:
+    - Whether Secure Boot is enabled, from a line of C(mokutil --sb-state) that is exactly C(SecureBoot enabled) or
+      C(SecureBoot disabled).
+    - Null (unknown) when O(mokutil) does not exist or is empty, cannot run, or prints neither line (a machine without
+      EFI variables, a container). Unknown is never reported as off.
   returned: always
   type: bool
   sample: false
+secure_boot_unknown:
+  description: Why RV(secure_boot) is null (mokutil missing, failing, or printing neither state line); null when it is known.
+  returned: always
+  type: str
+  sample: /usr/bin/mokutil does not exist
 sb_state:
   description: What C(mokutil --sb-state) printed on standard output; empty without mokutil.
   returned: always
@@ -296,14 +305,15 @@ def main() -> None:
     pkg_mgr = params["package_manager"] or ""
 
     # Existence as ansible.builtin.stat reports it (a symbolic link counts, followed or not).
-    sb_state = ""
-    mokutil_found = os.path.lexists(params["mokutil"])
+    sb_state, sb_error, sb_rc = "", "", None
+    mokutil_found = bool(params["mokutil"]) and os.path.lexists(params["mokutil"])
     if mokutil_found:
         try:
-            # mokutil exits non-zero on machines without EFI variables; what it printed is read all the same.
-            sb_state = module.run_command([params["mokutil"], "--sb-state"], environ_update=C_ENV, handle_exceptions=False)[1]
-        except OSError:
-            sb_state = ""
+            # mokutil exits non-zero on machines without EFI variables; what it printed is read all the same, and only
+            # its two state lines count: anything else leaves the state unknown.
+            sb_rc, sb_state, sb_error = module.run_command([params["mokutil"], "--sb-state"], environ_update=C_ENV, handle_exceptions=False)
+        except OSError as exc:
+            sb_error = str(exc)
 
     database, packages = installed(module, pkg_mgr)
 
@@ -320,6 +330,7 @@ def main() -> None:
         packages=_driver.select_installed(packages, params["packages"], params["package_prefixes"]),
         package_database=database,
         secure_boot=_driver.secure_boot_enabled(mokutil_found, sb_state),
+        secure_boot_unknown=_driver.secure_boot_unknown(params["mokutil"] or "mokutil", mokutil_found, sb_rc, sb_state, sb_error),
         sb_state=sb_state,
         runfile_install=[path for path in params["runfile_markers"] if os.path.lexists(path)],
         foreign_repo_files=repo_files(params["repo_dirs"], params["repo_mentions"], params["repo_exclude"]),

@@ -22,6 +22,10 @@ description:
     it never writes then. Roles that use a repository another role configured check its key this way.
   - The key is parsed in Python (OpenPGP packet framing and version 4, 5 and 6 key fingerprints); C(gpg) is not
     needed on the managed host. Secret keys and packets that a public key does not hold are refused.
+  - A key whose primary key has expired, or carries a key revocation signature, is refused, naming the key and the
+    date (see O(expiry_warn_days)). Signatures are read, not verified; apt, dnf and pacman verify them.
+  - O(mode), O(owner) and O(group) are checked before anything is written (in check mode too), naming the bad value. A
+    mode that lets the group or others write the key, or that sets the setuid, setgid or sticky bit, is refused.
   - O(files) writes the text files that name the key (an apt C(.sources) file with C(Signed-By), an apt preferences
     file) in the same call, only after the key passed the check, so that a repository costs one module call instead
     of one per file.
@@ -85,6 +89,15 @@ options:
         (the same primary key) differs, for example by a renewed expiry date.
     type: bool
     default: false
+  expiry_warn_days:
+    description:
+      - Warn when the key O(dest) holds after the run expires within this many days, naming the key and the date.
+        V(0) never warns.
+      - An expired key, and a key with a key revocation signature on its primary key, are always refused (apt, dnf
+        and pacman reject every package such a key signs), naming the key and the date; an installed key that has
+        expired or been revoked is fetched again, since the source may hold its renewal.
+    type: int
+    default: 30
   timeout:
     description: Seconds to wait for an C(http) or C(https) O(url).
     type: int
@@ -231,6 +244,13 @@ lists_pending:
   returned: always
   type: bool
   sample: false
+expires:
+  description:
+    - When the primary key O(dest) holds after the run (in check mode, would hold) expires, as C(YYYY-MM-DD HH:MM:SS UTC);
+      null when it never expires.
+  returned: always
+  type: str
+  sample: 2027-03-01 12:00:00 UTC
 versions:
   description:
     - Each of O(apt_versions) with the versions the package lists offer, as C(apt-cache madison) prints them (newest
@@ -241,6 +261,8 @@ versions:
 """
 
 import os
+import re
+import time
 import typing as t
 from urllib.parse import unquote, urlparse
 
@@ -258,6 +280,42 @@ RULES: dict[str, _validate.Rule] = {
     "apt_versions": _validate.ListOf(_validate.Identifier(_apt.PACKAGE_NAME_RE, _apt.PACKAGE_NAME), max_items=16),
 }
 C_ENV = {"LC_ALL": "C", "LANGUAGE": "C"}
+# Permission bits a trust anchor must not have: write for group or others, setuid, setgid, sticky.
+UNSAFE_KEY_BITS = 0o7022
+
+
+def key_mode_error(mode: t.Any) -> str | None:
+    """Why ``mode`` (already a valid file mode) is unsafe for a key file: whoever can write it decides what apt trusts."""
+    bits = _files.mode_bits(mode)
+    unsafe = 0
+    if bits is not None:
+        unsafe = bits & UNSAFE_KEY_BITS
+    elif isinstance(mode, str):
+        for clause in mode.split(","):
+            users = clause[:len(clause) - len(clause.lstrip("ugoa"))]
+            for op, perms in re.findall(r"([-+=])([rwxXstugo]*)", clause[len(users):]):
+                if op == "-":
+                    continue
+                # An empty user list is "a" (umask aside); copying u, g or o may copy a write bit.
+                if (not users or set(users) & set("goa")) and set(perms) & set("wugo"):
+                    unsafe |= 0o022
+                if set(perms) & set("st"):
+                    unsafe |= 0o7000
+    if not unsafe:
+        return None
+    return ("mode: %r lets the group or others replace the key, or sets the setuid, setgid or sticky bit (%04o): a key "
+            "file decides what the package manager trusts; use '0644'" % (mode, unsafe))
+
+
+def expiry_text(key: _gpg.Key) -> str | None:
+    """When the key's primary key expires (the earliest, should a file hold several), None when it never does."""
+    expires = [state.expires for state in key.states if state.expires is not None]
+    return _gpg.utc(min(expires)) if expires else None
+
+
+def warn(module: AnsibleModule, key: _gpg.Key, now: float, dest: str) -> None:
+    for message in _gpg.key_warnings(key, now, module.params["expiry_warn_days"], dest):
+        module.warn(message)
 
 
 def fetch(module: AnsibleModule, url: str | None, src: str | None) -> tuple[bytes, str]:
@@ -380,6 +438,7 @@ def main() -> None:
             dest=dict(type="path", required=True),
             format=dict(type="str", choices=list(_gpg.FORMATS), default="binary"),
             refresh=dict(type="bool", default=False),
+            expiry_warn_days=dict(type="int", default=30),
             timeout=dict(type="int", default=30),
             validate_certs=dict(type="bool", default=True),
             files=dict(type="list", elements="dict", default=[], options=dict(
@@ -399,6 +458,13 @@ def main() -> None:
     problem = _gpg.fingerprint_error(params["fingerprint"])
     if problem:
         errors.insert(0, problem)
+    if not 0 <= params["expiry_warn_days"] <= 36500:
+        errors.append("expiry_warn_days: %d is not a number of days from 0 (never warn) to 36500" % params["expiry_warn_days"])
+    file_errors = _files.file_args_errors(params)
+    if not file_errors and params["mode"] is not None and (params["url"] or params["src"]):
+        problem = key_mode_error(params["mode"])
+        file_errors = [problem] if problem else []
+    errors.extend(file_errors)
     if not errors:
         errors = apt_errors(params)
     if errors:
@@ -416,19 +482,21 @@ def main() -> None:
         module.fail_json(msg=str(exc), path=exc.path)
     result: dict[str, t.Any] = dict(changed=False, dest=dest, fingerprint=pinned, fingerprints=installed.fingerprints, fetched=False,
                                     format=_gpg.file_format(installed), key_changed=False, files=[], lists_updated=False,
-                                    lists_pending=False, versions={})
+                                    lists_pending=False, versions={}, expires=expiry_text(installed.key) if installed.key else None)
+    now = time.time()
 
     # Without a source: only check.
     if not (params["url"] or params["src"]):
-        problem = _gpg.verify_error(installed, pinned, dest)
+        problem = _gpg.verify_error(installed, pinned, dest, now)
         if problem:
             module.fail_json(msg="%s. Nothing was installed." % problem, **result)
+        warn(module, t.cast(_gpg.Key, installed.key), now, dest)
         module.exit_json(**result)
 
     # Plan: fetch and check the key only when the destination is not already the pinned key (in check mode too: a
     # wrong key fails the prediction as it fails the run).
     try:
-        planned = _gpg.plan(installed, pinned, params["format"], params["refresh"], lambda: fetch(module, params["url"], params["src"]))
+        planned = _gpg.plan(installed, pinned, params["format"], params["refresh"], lambda: fetch(module, params["url"], params["src"]), now)
     except _gpg.GpgError as exc:
         module.fail_json(msg="%s. Nothing was installed. Check the URL, or pin the new key's fingerprint." % exc, **result)
 
@@ -448,7 +516,9 @@ def main() -> None:
         changed = True  # no directory yet, so no file: write_file cannot even look
     else:
         changed = _files.write_file(module, dest, planned.content, what="dest").changed or missing_dir
-    result.update(changed=changed, key_changed=changed, fetched=planned.fetched, fingerprints=planned.key.fingerprints, format=params["format"])
+    result.update(changed=changed, key_changed=changed, fetched=planned.fetched, fingerprints=planned.key.fingerprints, format=params["format"],
+                  expires=expiry_text(planned.key))
+    warn(module, planned.key, now, dest)
     result["diff"] = {
         "before": _gpg.describe(installed),
         "after": "format: %s\n%s" % (params["format"], planned.key.describe()),

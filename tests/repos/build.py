@@ -160,6 +160,11 @@ def build_apt(out: Path, specs: list[dict], home: Path, fpr: str) -> None:
             if spec.get("depends"):
                 control.insert(3, f"Depends: {spec['depends']}")
             (root / "DEBIAN/control").write_text("\n".join(control) + "\n")
+            if spec.get("postinst"):
+                # A maintainer script of the stub's own (files/): where the real package does its work at install time.
+                script = root / "DEBIAN/postinst"
+                script.write_text((HERE / "files" / spec["postinst"]).read_text())
+                script.chmod(0o755)
             run(["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(root), str(out / f"{spec['name']}_{spec['version']}_amd64.deb")])
     (out / "Packages").write_text(run(["apt-ftparchive", "packages", "."], cwd=out))
     run(["gzip", "-kn9", "Packages"], cwd=out)

@@ -227,3 +227,40 @@ def test_json_record_does_not_take_the_modules_file_arguments(tmp_path):
     path = str(tmp_path / "r.json")
     assert _files.write_json_record(module, path, {"a": 1}).changed  # type: ignore[arg-type]
     assert not _files.write_json_record(module, path, {"a": 1}).changed  # type: ignore[arg-type]
+
+
+# The common file arguments, checked before a write (AnsibleModule applies them only after it).
+@pytest.mark.parametrize("mode, ok", [
+    (None, True), ("0644", True), ("644", True), ("0755", True), ("1777", True), (0o644, True), (0, True), (0o7777, True),
+    ("u=rw,g=r,o=r", True), ("u+rwx", True), ("a=r", True), ("=r", True), ("go-w", True), ("u=rw,go=u", True), ("u+X", True),
+    ("0999", False), ("12345", False), ("64", False), ("", False), (" 0644", False), ("0644\n", False), ("0o644", False),
+    ("rw-r--r--", False), ("u=rw;o=r", False), ("x=r", False), ("u=rw,", False), (",u=rw", False), ("u", False),
+    (0o10000, False), (-1, False), (True, False), (1.0, False), (["0644"], False), ({"u": "rw"}, False), ("$(reboot)", False),
+])
+def test_mode_error(mode, ok):
+    problem = _files.mode_error(mode)
+    assert (problem is None) is ok, problem
+    if not ok:
+        assert problem.startswith("mode: %r " % (mode,))
+
+
+def _lookup(known):
+    def lookup(name):
+        if name not in known:
+            raise KeyError(name)
+        return name
+    return lookup
+
+
+@pytest.mark.parametrize("value, problem", [
+    (None, None), ("root", None), ("_apt", None), ("svc-gpu.1", None), ("machine$", None), ("0", None), (0, None), ("4294967294", None),
+    ("4294967295", "is not a valid numeric ID"), ("nobody-here", "does not exist on this host"), ("", "is not a user or group name"),
+    ("-root", "is not a user or group name"), ("root\n", "is not a user or group name"), ("a b", "is not a user or group name"),
+    ("x" * 33, "is not a user or group name"), ("rööt", "is not a user or group name"), (True, "is a bool"), (["root"], "is a list"),
+])
+def test_account_error(value, problem):
+    found = _files.account_error(value, "owner", _lookup({"root", "_apt", "svc-gpu.1", "machine$"}))
+    if problem is None:
+        assert found is None
+    else:
+        assert found.startswith("owner: ") and problem in found, found

@@ -148,6 +148,21 @@ def test_mode_option_is_applied_and_reported(run, project, facts):
     assert not failed and result["changed"] is False
 
 
+@pytest.mark.parametrize("check", [True, False])
+@pytest.mark.parametrize("extra, message", [
+    ({"mode": "0999"}, "mode: '0999' is not a file mode"),
+    ({"mode": "u=rw;o=r"}, "is not a file mode"),
+    ({"mode": 70000}, "mode: 70000 is not a file mode (0 to 0o7777)"),
+    ({"owner": "no-such-user-gpuhost"}, "owner: 'no-such-user-gpuhost' does not exist on this host"),
+    ({"group": "no-such-group-gpuhost"}, "group: 'no-such-group-gpuhost' does not exist on this host"),
+    ({"owner": "$(reboot)"}, "owner: '$(reboot)' is not a user or group name"),
+])
+def test_bad_mode_owner_or_group_fail_before_the_file_is_written(run, project, facts, check, extra, message):
+    failed, result = run(args_for(project, facts, **extra), check=check)
+    assert failed and message in result["msg"], result
+    assert not (project / "docker-compose.gpu.yml").exists()
+
+
 def test_vm_mode_warns_about_privileged(run, project, facts):
     failed, result = run(args_for(project, facts, vm_mode=True))
     assert not failed

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import shutil
 import typing as t
 
 import fake_pynvml
@@ -117,7 +118,9 @@ def test_container_without_gpu_fails_exactly_driver_and_nodes(tmp_path: t.Any) -
     write(root, "/etc/docker/daemon.json", json.dumps({"runtimes": {"nvidia": {"path": "nvidia-container-runtime"}}}))
     write(root, "/etc/cdi/nvidia.yaml", CDI_SPEC % ("all", "535.261.03"))
     checks = run(root, facts)
-    assert {k for k, c in checks.items() if c["status"] != "ok"} == {"driver_loaded", "device_nodes"}
+    # Secure Boot is unknown, not off: the container cannot see the firmware (an empty /sys/firmware).
+    assert {k for k, c in checks.items() if c["status"] != "ok"} == {"driver_loaded", "device_nodes", "secure_boot"}
+    assert checks["secure_boot"]["status"] == "warn" and checks["secure_boot"]["evidence"].startswith("the Secure Boot state is unknown")
     assert checks["driver_loaded"]["status"] == "fail"
     assert "no NVIDIA GPU on the PCI bus; facts state no_gpu" in checks["driver_loaded"]["evidence"]
     assert checks["device_nodes"]["evidence"] == "missing /dev/nvidiactl, /dev/nvidia-uvm (present: none)"
@@ -203,6 +206,60 @@ def test_secure_boot_finds_debians_module_name(tmp_path: t.Any) -> None:
     check = run(root, gather(root, profile))["secure_boot"]
     assert check["status"] == "fail"
     assert "/updates/dkms/nvidia-current.ko carries no signature" in check["evidence"]
+
+
+def test_the_secure_boot_variable_is_efi_global_variables():
+    # EFI_GLOBAL_VARIABLE's GUID as the UEFI specification and the kernel's efi.h give it (docs/sources.md).
+    assert _doctor.SECURE_BOOT_VAR == "/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
+
+
+@pytest.mark.parametrize("layout, content, status, evidence", [
+    ("efi", b"\x06\x00\x00\x00\x01", "fail", "Secure Boot is on and "),
+    ("efi", b"\x06\x00\x00\x00\x00", "ok", "Secure Boot is off: unsigned modules load"),
+    # Unknown, never off: a value that is not 0 or 1, a short or long read, no variable, no efivars.
+    ("efi", b"\x06\x00\x00\x00\x02", "warn", "the Secure Boot state is unknown (UEFI, but the SecureBoot variable"),
+    ("efi", b"\x06\x00\x00\x00", "warn", "the Secure Boot state is unknown (UEFI"),
+    ("efi", b"", "warn", "the Secure Boot state is unknown (UEFI"),
+    ("efi", b"\x06\x00\x00\x00\x01\x01", "warn", "the Secure Boot state is unknown (UEFI"),
+    ("efi", None, "warn", "the Secure Boot state is unknown (UEFI"),
+    ("efi-directory", None, "warn", "the Secure Boot state is unknown (UEFI"),
+    # No efi directory: a legacy boot where /sys/firmware shows the firmware, unknown where it shows nothing.
+    ("legacy", None, "ok", "no UEFI (legacy boot"),
+    ("masked", None, "warn", "the Secure Boot state is unknown (/sys/firmware shows nothing here"),
+    ("absent", None, "warn", "the Secure Boot state is unknown (/sys/firmware shows nothing here"),
+])
+def test_secure_boot_unknown_is_not_off(tmp_path: t.Any, layout: str, content: bytes | None, status: str, evidence: str) -> None:
+    profile = fake_pynvml.load_profile("driver_not_loaded")
+    root = sysfs.build(str(tmp_path / "root"), profile)
+    firmware = os.path.join(root, "sys/firmware")
+    if os.path.isdir(firmware):
+        for name in os.listdir(firmware):
+            path = os.path.join(firmware, name)
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path)
+            else:
+                os.unlink(path)
+    if layout == "absent" and os.path.isdir(firmware):
+        os.rmdir(firmware)
+    elif layout == "legacy":
+        # As an H200 host (a VM booted without UEFI, kernel 6.18) showed it: acpi and memmap, no efi, no mokutil.
+        os.makedirs(os.path.join(firmware, "acpi"))
+        os.makedirs(os.path.join(firmware, "memmap"))
+    elif layout == "masked":
+        os.makedirs(firmware, exist_ok=True)
+    elif layout == "efi-directory":
+        os.makedirs(os.path.join(firmware, "efi"))
+    elif layout == "efi":
+        os.makedirs(os.path.join(firmware, "efi", "efivars"))
+        if content is not None:
+            with open(os.path.join(root, _doctor.SECURE_BOOT_VAR.lstrip("/")), "wb") as handle:
+                handle.write(content)
+    check = run(root, gather(root, profile))["secure_boot"]
+    assert (check["status"], check["evidence"][:len(evidence)]) == (status, evidence), check
+    if status == "warn":
+        # The module this host built is unsigned: the warning says what that means if Secure Boot is on.
+        assert "carries no signature: if Secure Boot is on, the kernel refuses it" in check["evidence"]
+        assert "mokutil --sb-state" in check["fix"]
 
 
 def test_secure_boot_on_and_loaded_is_ok(healthy: tuple[str, dict[str, t.Any]]) -> None:

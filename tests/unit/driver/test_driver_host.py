@@ -82,12 +82,42 @@ def test_the_package_databases_are_read_in_the_roles_order():
 
 @pytest.mark.parametrize("found, output, expected", [
     (False, "", None),
+    (False, "SecureBoot enabled\n", None),  # no mokutil: whatever else says so is not read
     (True, "SecureBoot enabled\n", True),
     (True, "SecureBoot disabled\n", False),
-    (True, "", False),  # no EFI variables: mokutil says so on standard error and exits non-zero
+    (True, "SecureBoot disabled\nPlatform is in Setup Mode\n", False),
+    (True, "SecureBoot enabled\r\n", True),
+    (True, "  SecureBoot enabled  \n", True),
+    # Unknown, never off: no EFI variables (mokutil says so on standard error and exits non-zero), nothing printed, a
+    # failed run, text that only resembles a state line, and both lines at once.
+    (True, "", None),
+    (True, None, None),
+    (True, "EFI variables are not supported on this system\n", None),
+    (True, "SecureBoot enabledX\n", None),
+    (True, "Is SecureBoot enabled? no\n", None),
+    (True, "SecureBoot  enabled\n", None),
+    (True, "secureboot enabled\n", None),
+    (True, "SecureBoot unknown\n", None),
+    (True, "SecureBoot enabled\nSecureBoot disabled\n", None),
+    (True, "$(reboot)\n", None),
+    (True, 0, None),
+    (True, ["SecureBoot enabled"], None),
 ])
 def test_secure_boot_from_mokutil(found, output, expected):
     assert _driver.secure_boot_enabled(found, output) is expected
+
+
+@pytest.mark.parametrize("found, rc, output, error, reason", [
+    (False, None, "", "", "/usr/bin/mokutil does not exist"),
+    (True, 0, "SecureBoot enabled\n", "", None),
+    (True, 1, "SecureBoot disabled\n", "", None),
+    (True, 255, "", "EFI variables are not supported on this system\n",
+     "/usr/bin/mokutil --sb-state exited 255 and printed 'EFI variables are not supported on this system'"),
+    (True, 0, "", "", "/usr/bin/mokutil --sb-state exited 0 and printed nothing"),
+    (True, None, "", "[Errno 13] Permission denied", "/usr/bin/mokutil --sb-state could not run: [Errno 13] Permission denied"),
+])
+def test_why_the_secure_boot_state_is_unknown(found, rc, output, error, reason):
+    assert _driver.secure_boot_unknown("/usr/bin/mokutil", found, rc, output, error) == reason
 
 
 @pytest.mark.skipif(shutil.which("dpkg-query") is None, reason="tool missing: dpkg-query")

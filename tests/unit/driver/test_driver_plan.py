@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import copy
+import re
 
 import pytest
 
@@ -212,12 +213,68 @@ def test_secure_boot_without_signing_path_fails():
 
 
 def test_secure_boot_with_mok_signing_or_signed_modules():
-    assert plan({"source": "distro", "secure_boot_mok": True}, host={"secure_boot": True})["secure_boot"] == {"enabled": True, "path": "mok"}
+    assert plan({"source": "distro", "secure_boot_mok": True}, host={"secure_boot": True})["secure_boot"] == {
+        "enabled": True, "detected": True, "stated": None, "path": "mok"}
     ubuntu = {"distribution": "Ubuntu", "distribution_version": "24.04", "distribution_major_version": "24"}
     p = plan({"source": "distro"}, host=dict(ubuntu, secure_boot=True), caps=UBUNTU)
     assert p["errors"] == [] and p["secure_boot"]["path"] == "signed"
     p = plan({"source": "nvidia"}, host=dict(ubuntu, secure_boot=True), caps=UBUNTU)
     assert "(here: nvidia_driver_source: distro)" in p["errors"][0]
+
+
+UNKNOWN_ERROR = "the Secure Boot state of this host is unknown ("
+
+
+# Every way the host read can hand the state on (a real boolean, None, what a template makes of them, garbage), against
+# every statement: the plan's path, and whether it stops. Unknown is never off: only a real False (or its text) or the
+# user's false lets unsigned DKMS modules through.
+@pytest.mark.parametrize("detected, detected_as", [
+    (True, True), ("True", True), ("true", True), (False, False), ("False", False), (" false ", False),
+    (None, None), ("None", None), ("", None), ("unknown", None), ("0", None), ("no", None), (0, None), (1, None), ([], None),
+    ({"enabled": False}, None), ("SecureBoot disabled", None),
+])
+@pytest.mark.parametrize("stated, mok", [("auto", False), ("false", False), ("true", False), ("auto", True), ("false", True),
+                                         (False, False), (True, True), ("off", False), ("yes", False)])
+def test_secure_boot_states_and_statements(detected, detected_as, stated, mok):
+    p = plan({"source": "distro", "secure_boot": stated, "secure_boot_mok": mok}, host={"secure_boot": detected, "secure_boot_unknown": "why"})
+    stated_as = {"auto": None, "false": False, "off": False, False: False, "true": True, "yes": True, True: True}[stated]
+    state = detected_as if detected_as is not None else stated_as
+    assert (p["secure_boot"]["detected"], p["secure_boot"]["enabled"]) == (detected_as, state)
+    if state is False:
+        expected_path = "off"
+    elif mok:
+        expected_path = "mok"
+    else:
+        expected_path = None
+    assert p["secure_boot"]["path"] == expected_path
+    assert bool(p["errors"]) is (expected_path is None), p["errors"]
+    if state is None and not mok:
+        assert p["errors"] == [
+            UNKNOWN_ERROR + "why), and the distro source on Debian 12.8 builds unsigned DKMS modules, which do not load when Secure Boot "
+            "is on: set nvidia_driver_secure_boot: false if Secure Boot is off on this host (true if it is on), or "
+            "nvidia_driver_secure_boot_mok: true to sign the modules either way"]
+    if state is True and not mok:
+        assert p["errors"][0].startswith("Secure Boot is %s and the distro source" % (
+            "enabled" if detected_as else "stated on (nvidia_driver_secure_boot: true)"))
+    # A statement that disagrees with what mokutil reported is noted, and the report wins.
+    disagrees = detected_as is not None and stated_as is not None and detected_as != stated_as
+    assert any("the role goes by what the host reports" in note for note in p["notes"]) is disagrees
+
+
+@pytest.mark.parametrize("stated", ["maybe", "", "enabled", "1", "$(reboot)", ["true"], {"a": 1}, 2])
+def test_a_secure_boot_statement_that_is_not_one_is_refused(stated):
+    p = plan({"source": "distro", "secure_boot": stated}, host={"secure_boot": None})
+    assert p["errors"] == ["nvidia_driver_secure_boot must be auto, true or false, got %r: state whether Secure Boot is on where the "
+                           "host cannot tell (auto: what mokutil reports)" % (stated,)]
+
+
+def test_an_unknown_state_with_signed_modules_needs_no_statement():
+    ubuntu = {"distribution": "Ubuntu", "distribution_version": "24.04", "distribution_major_version": "24", "secure_boot": None}
+    p = plan({"source": "distro"}, host=ubuntu, caps=UBUNTU)
+    assert (p["errors"], p["secure_boot"]) == ([], {"enabled": None, "detected": None, "stated": None, "path": "signed"})
+    # NVIDIA's DKMS packages on the same host do need one, and the message names the signed source.
+    p = plan({"source": "nvidia"}, host=ubuntu, caps=UBUNTU)
+    assert p["errors"][0].startswith(UNKNOWN_ERROR + "mokutil could not tell)") and "(here: nvidia_driver_source: distro)" in p["errors"][0]
 
 
 def test_missing_headers_fail_unless_not_required():
@@ -414,3 +471,37 @@ def test_versionlock_entries():
 def test_package_lists_nested_by_yaml_anchors_are_flattened():
     table = {"module": {"open": ["a"]}, "pin": [["b", "c"], "d", None, ""]}
     assert _driver.resolve_packages({"branch": 580}, table)["hold"] == ["a", "b", "c", "d"]
+
+
+# The versionlock and hold filters build lines of files dnf and apt read: what would add a line, an entry or a glob is
+# refused, naming it.
+@pytest.mark.parametrize("names, plan_result, problem", [
+    (["nvidia-driver\n$(REBOOT)"], {"branch": 580}, "'nvidia-driver\\n$(REBOOT)' is not a package name"),
+    (["nvidia-*"], {"branch": 580}, "'nvidia-*' is not a package name"),
+    (["nvidia driver"], {"branch": 580}, "is not a package name"),
+    (["-nvidia"], {"branch": 580}, "is not a package name"),
+    (["nvidia-driver", "a\rb"], {"branch": 580}, "'a\\rb' is not a package name"),
+    (["nvidia-driver"], {"version": "580.1\nevil"}, "the plan's version '580.1\\nevil' is not a driver version"),
+    (["nvidia-driver"], {"version": "580.*"}, "is not a driver version"),
+    (["nvidia-driver"], {"version": 580.65}, "is not a driver version"),
+    (["nvidia-driver"], {"branch": "580\nx"}, "the plan's branch '580\\nx' is not a driver branch"),
+    (["nvidia-driver"], {"branch": "58*"}, "is not a driver branch"),
+    (["nvidia-driver"], {"branch": True}, "is not a driver branch"),
+    (["nvidia-driver"], {"branch": None}, "is not a driver branch"),
+])
+@pytest.mark.parametrize("style", ["dnf4", "dnf5"])
+def test_versionlock_refuses_what_would_change_the_files_structure(names, plan_result, problem, style):
+    from ansible.errors import AnsibleFilterError
+    from ansible_collections.gpuhost.nvidia.plugins.filter import driver as driver_filters
+    with pytest.raises(ValueError, match=re.escape(problem)):
+        getattr(_driver, "versionlock_" + style)(names, plan_result)
+    if plan_result.get("version") or plan_result.get("branch") not in (None, ""):
+        with pytest.raises(AnsibleFilterError) as err:
+            driver_filters.nvidia_driver_versionlock(names, plan_result, style)
+        assert str(err.value).startswith("nvidia_driver_versionlock: versionlock: ") and problem in str(err.value)
+
+
+@pytest.mark.parametrize("names", [["nvidia-fabricmanager\nPin-Priority: 1001"], ["nvidia-*"], ["a b"]])
+def test_lockstep_hold_refuses_names_that_are_not_names(names):
+    with pytest.raises(ValueError, match="not package names"):
+        _driver.lockstep_hold(names, "580.65.06")

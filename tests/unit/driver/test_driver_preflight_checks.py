@@ -11,7 +11,10 @@ whose package names need a value it does not set fails naming the package; a goo
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+
+import pytest
 
 import sysfs  # tests/unit/fakes, on the path by conftest.py
 
@@ -23,7 +26,8 @@ NOTES = ROLE + " : Say why this host is skipped, and show the notes of the plan"
 def _preflight(role_tasks, tmp_path: Path, extra: dict, table: dict | None = None) -> dict:
     root = tmp_path / "root"
     sysfs.add_function(str(root), {"pci_bus_id": "0000:01:00.0", "device_id": 0x2330, "class": 0x030200})
-    variables = dict({"nvidia_driver_facts_root": str(root), "nvidia_driver_source": "nvidia"}, **extra)
+    # This machine's Secure Boot state is unknown to mokutil (none, or no EFI variables): stated off unless a test says.
+    variables = dict({"nvidia_driver_facts_root": str(root), "nvidia_driver_source": "nvidia", "nvidia_driver_secure_boot": "false"}, **extra)
     if table is not None:
         variables["__nvidia_driver_packages"] = table
     gather = {"name": "Gather the GPU facts of the fake tree", "gpuhost.nvidia.nvidia_gpu_facts": {"root": str(root), "backends": ["pci"]}}
@@ -62,3 +66,31 @@ def test_a_request_that_works_passes(role_tasks, tmp_path: Path) -> None:
     # The plan acts: no skip reason; its notes, if any (headers missing on this machine), are shown before the check.
     notes = tasks[NOTES]
     assert notes.get("skipped") or all("skip" not in note for note in notes["msg"]), notes
+
+
+UNKNOWN_HERE = pytest.mark.skipif(os.path.lexists("/usr/bin/mokutil"), reason="this machine has a mokutil, which may know the state")
+
+
+@UNKNOWN_HERE
+def test_an_unknown_secure_boot_state_stops_the_role_naming_the_variable(role_tasks, tmp_path: Path) -> None:
+    # No mokutil here: the state is unknown, the nvidia source on Debian builds unsigned DKMS modules, nothing is stated.
+    tasks = _preflight(role_tasks, tmp_path, {"nvidia_driver_require_headers": False, "nvidia_driver_branch": "580",
+                                              "nvidia_driver_secure_boot": "auto"})
+    stop = tasks[STOP]
+    assert stop["failed"], stop
+    assert "the Secure Boot state of this host is unknown (/usr/bin/mokutil does not exist)" in stop["msg"], stop["msg"]
+    assert "set nvidia_driver_secure_boot: false if Secure Boot is off" in stop["msg"]
+    assert role_tasks.reached not in tasks
+
+
+@UNKNOWN_HERE
+@pytest.mark.parametrize("stated, passes", [("false", True), (False, True), ("true", False), (True, False), ("no", True),
+                                            ("maybe", False), ("", False), ("auto", False)])
+def test_a_stated_secure_boot_state_stands_in_for_the_unknown_one(role_tasks, tmp_path: Path, stated, passes) -> None:
+    tasks = _preflight(role_tasks, tmp_path, {"nvidia_driver_require_headers": False, "nvidia_driver_branch": "580",
+                                              "nvidia_driver_secure_boot": stated})
+    assert bool(tasks[STOP].get("failed")) is not passes, tasks[STOP]
+    if not passes:
+        assert "nvidia_driver_secure_boot" in tasks[STOP]["msg"]
+    if stated in ("maybe", ""):
+        assert "nvidia_driver_secure_boot must be auto, true or false, got %r" % stated in tasks[STOP]["msg"]

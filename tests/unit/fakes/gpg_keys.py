@@ -26,6 +26,7 @@ class TestKey:
     armored: bytes
     binary: bytes
     secret: bytes
+    earlier: bytes = b""  # with renew: the binary key as it was before (its older self-signature)
 
 
 def gpg(home: Path, *args: str, data: bytes | None = None) -> bytes:
@@ -51,18 +52,40 @@ def colons_fingerprints(home: Path, data: bytes) -> list[str]:
     return result
 
 
-def make_key(home: Path, uid: str, algo: str = "ed25519", subkey: str | None = "cv25519") -> TestKey:
-    gpg(home, "--pinentry-mode", "loopback", "--passphrase", "", "--quick-gen-key", uid, algo, "cert,sign", "never")
+def make_key(home: Path, uid: str, algo: str = "ed25519", subkey: str | None = "cv25519", expire: str = "never",
+             created: str | None = None, revoke: bool = False, renew: str | None = None) -> TestKey:
+    """A key made by gpg. ``expire`` is gpg's (never, 1y, 10d), counted from ``created`` (gpg's --faked-system-time
+    form, 20200101T000000) when given; ``revoke`` imports the revocation certificate gpg stored when it made the key
+    (a key revocation signature on the primary key); ``renew`` sets a new expiry with a newer self-signature, now."""
+    faked = ["--faked-system-time", created] if created else []
+    gpg(home, *faked, "--pinentry-mode", "loopback", "--passphrase", "", "--quick-gen-key", uid, algo, "cert,sign", expire)
     fpr = [line.split(":")[9] for line in gpg(home, "--with-colons", "--list-keys", uid).decode().splitlines()
            if line.startswith("fpr:")][0]
     if subkey:
-        gpg(home, "--pinentry-mode", "loopback", "--passphrase", "", "--quick-add-key", fpr, subkey, "encr", "never")
+        gpg(home, *faked, "--pinentry-mode", "loopback", "--passphrase", "", "--quick-add-key", fpr, subkey, "encr", expire)
+    if revoke:
+        # gpg stores a revocation certificate with every new key, its armour line escaped by a colon against an
+        # accidental import.
+        cert = (home / "openpgp-revocs.d" / ("%s.rev" % fpr)).read_bytes().replace(b":-----BEGIN", b"-----BEGIN")
+        gpg(home, "--import", data=cert)
+    earlier = b""
+    if renew:
+        earlier = gpg(home, "--export", fpr)
+        gpg(home, "--pinentry-mode", "loopback", "--passphrase", "", "--quick-set-expire", fpr, renew)
     return TestKey(
+        earlier=earlier,
         fingerprint=fpr,
         armored=gpg(home, "--armor", "--export", fpr),
         binary=gpg(home, "--export", fpr),
         secret=gpg(home, "--pinentry-mode", "loopback", "--passphrase", "", "--export-secret-keys", fpr),
     )
+
+
+def colons_validity(home: Path, data: bytes) -> list[tuple[str, str]]:
+    """(validity, expiry as seconds since 1970 or '') of each primary key in ``data`` as gpg reads it: ``e`` expired,
+    ``r`` revoked (gpg --show-keys --with-colons, field 2 and 7)."""
+    out = gpg(home, "--with-colons", "--show-keys", data=data).decode()
+    return [(line.split(":")[1], line.split(":")[6]) for line in out.splitlines() if line.startswith("pub:")]
 
 
 def dearmor(home: Path, armored: bytes) -> bytes:

@@ -13,9 +13,16 @@ import gpg_keys
 
 @pytest.fixture(scope="module")
 def keys(tmp_path_factory):
-    """Two ed25519 keys with an encryption subkey, and an RSA key without one, each from its own gpg home."""
+    """Two ed25519 keys with an encryption subkey, and an RSA key without one, each from its own gpg home; and keys in
+    the states apt refuses or will refuse soon: expired (made in 2020 for a year), revoked (gpg's own revocation
+    certificate imported), expiring in ten days, and expired then renewed (a newer self-signature, two years on)."""
     base = tmp_path_factory.mktemp("gpg")
     return {
+        "expired": gpg_keys.make_key(base / "expired", "expired test key <expired@gpuhost.invalid>", expire="1y", created="20200101T000000"),
+        "revoked": gpg_keys.make_key(base / "revoked", "revoked test key <revoked@gpuhost.invalid>", revoke=True),
+        "soon": gpg_keys.make_key(base / "soon", "soon test key <soon@gpuhost.invalid>", expire="10d"),
+        "renewed": gpg_keys.make_key(base / "renewed", "renewed test key <renewed@gpuhost.invalid>", expire="1y", created="20200101T000000",
+                                     renew="2y"),
         "pinned": gpg_keys.make_key(base / "pinned", "pinned test key <pinned@gpuhost.invalid>"),
         "rogue": gpg_keys.make_key(base / "rogue", "rogue test key <rogue@gpuhost.invalid>"),
         "rsa": gpg_keys.make_key(base / "rsa", "rsa test key <rsa@gpuhost.invalid>", algo="rsa2048", subkey=None),

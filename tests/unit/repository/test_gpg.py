@@ -176,3 +176,130 @@ def test_crc24_of_the_rfc_example():
 
 def test_the_rule_is_a_validate_text_rule():
     assert isinstance(_gpg.FINGERPRINT, _validate.Text)
+
+
+# --- expiry and revocation, against what gpg itself says about the same keys -----------------------------------------
+
+NOW = 1_900_000_000.0  # 2030-03-17: after every test key's creation; the "soon" key is judged at its own time below
+
+
+@pytest.mark.parametrize("name, validity", [("pinned", "-"), ("rsa", "-"), ("expired", "e"), ("revoked", "r"), ("soon", "-"),
+                                            ("renewed", "-")])
+@pytest.mark.parametrize("form", ["armored", "binary"])
+def test_expiry_and_revocation_agree_with_gpg(keys, name, validity, form):
+    data = getattr(keys[name], form)
+    key = _gpg.read_key(data)
+    [(gpg_validity, gpg_expires)] = gpg_keys.colons_validity(keys["home"], data)
+    state = key.states[0]
+    # gpg's validity field: e expired, r revoked; its expiry field: seconds since 1970, empty for never.
+    assert gpg_validity in (validity, "e" if validity == "-" and gpg_expires and int(gpg_expires) < NOW else validity)
+    assert state.expires == (int(gpg_expires) if gpg_expires else None)
+    assert bool(state.revocations) is (validity == "r")
+    now = min(NOW, state.expires - 1) if state.expires else NOW  # before any expiry, except the one that is long past
+    refusals = _gpg.key_refusals(key, now if name != "expired" else NOW, "src")
+    assert [r.split(" at src ")[1].split(":")[0].split(" on ")[0] for r in refusals] == (
+        ["is revoked"] if name == "revoked" else ["expired"] if name == "expired" else [])
+
+
+def test_an_expired_key_is_refused_naming_it_and_the_date(keys):
+    key = keys["expired"]
+    with pytest.raises(_gpg.GpgError) as err:
+        _gpg.plan_write(key.armored, key.fingerprint, "binary", "file:///srv/key.asc")
+    assert str(err.value) == (
+        "the key %s at file:///srv/key.asc expired on 2020-12-31 00:00:00 UTC; apt, dnf and pacman refuse every package it signs. Ask "
+        "the publisher for the renewed key (the same fingerprint with a later expiry)" % key.fingerprint)
+
+
+def test_a_revoked_key_is_refused_naming_it_and_the_revocation(keys):
+    key = keys["revoked"]
+    with pytest.raises(_gpg.GpgError) as err:
+        _gpg.plan_write(key.binary, key.fingerprint, "binary", "k")
+    assert str(err.value).startswith("the key %s at k is revoked: a key revocation signature made " % key.fingerprint)
+    assert "UTC (no reason given); apt, dnf and pacman refuse every package it signs" in str(err.value)
+
+
+def test_the_newest_self_signature_sets_the_expiry(keys):
+    # Made in 2020 to expire in 2021, renewed now for two years: gpg and the parser both take the renewal.
+    renewed = keys["renewed"]
+    assert _gpg.read_key(renewed.earlier).states[0].expires < 1_700_000_000  # 2021: made in 2020 for a year
+    assert _gpg.read_key(renewed.armored).states[0].expires > 1_700_000_000
+    assert _gpg.plan_write(renewed.armored, renewed.fingerprint, "binary", "k")[1] == renewed.binary
+    # Both self-signatures in one file, the older one last: the newer one still sets the expiry, as gpg takes it.
+    old_sigs = [framed for tag, _body, framed in _gpg.packets(renewed.earlier) if tag == _gpg.TAG_SIGNATURE][:1]
+    parsed = _gpg.packets(renewed.binary)
+    uid_end = next(i for i, (tag, _b, _f) in enumerate(parsed) if tag == _gpg.TAG_USER_ID) + 2
+    both = b"".join(f for _t, _b, f in parsed[:uid_end]) + old_sigs[0] + b"".join(f for _t, _b, f in parsed[uid_end:])
+    state = _gpg.read_key(both).states[0]
+    assert len(state.self_signatures) == 2
+    assert state.expires == _gpg.read_key(renewed.binary).states[0].expires
+    assert gpg_keys.colons_validity(keys["home"], both)[0][1] == str(state.expires)
+
+
+@pytest.mark.parametrize("days_left, warn_days, warns", [(9.5, 30, True), (9.5, 10, True), (9.5, 9, False), (9.5, 0, False),
+                                                         (0.01, 1, True), (40, 30, False)])
+def test_a_key_that_expires_soon_warns_from_the_configured_days(keys, days_left, warn_days, warns):
+    key = _gpg.read_key(keys["soon"].armored)
+    now = key.states[0].expires - days_left * 86400
+    warnings = _gpg.key_warnings(key, now, warn_days, "/etc/apt/keyrings/x.gpg")
+    assert bool(warnings) is warns
+    if warns:
+        assert warnings[0].startswith("the key %s at /etc/apt/keyrings/x.gpg expires on %s, in " % (
+            keys["soon"].fingerprint, _gpg.utc(key.states[0].expires)))
+    assert _gpg.key_refusals(key, now, "k") == []
+    assert _gpg.key_refusals(key, key.states[0].expires, "k") != []  # the second it expires
+
+
+def test_a_revocation_of_a_subkey_or_a_user_id_is_not_the_keys(keys):
+    # Signatures after a subkey packet are about the subkey: a key revocation signature type there does not revoke the key.
+    key = keys["pinned"]
+    parsed = _gpg.packets(key.binary)
+    revocation = [framed for tag, body, framed in _gpg.packets(keys["revoked"].binary) if tag == _gpg.TAG_SIGNATURE
+                  and _gpg.read_signature(body).sig_type == _gpg.SIG_KEY_REVOCATION][0]
+    after_subkey = key.binary + revocation  # the pinned key ends with its subkey and that subkey's binding signature
+    assert parsed[-2][0] == _gpg.TAG_PUBLIC_SUBKEY
+    assert _gpg.read_key(after_subkey).states[0].revocations == []
+    # Right after the primary key, the same signature counts, whoever issued it (read, not verified: the safe side).
+    first = parsed[0][2]
+    assert _gpg.read_key(first + revocation + key.binary[len(first):]).states[0].revocations != []
+
+
+def _signature(version: int, sig_type: int, hashed: bytes, unhashed: bytes = b"") -> bytes:
+    width = 2 if version == 4 else 4
+    body = bytes((version, sig_type, 22, 8)) + len(hashed).to_bytes(width, "big") + hashed + len(unhashed).to_bytes(width, "big") + unhashed
+    body += b"\x00\x00" + b"\x00\x01\x00"  # hash prefix, a token MPI
+    return bytes((0xC2, len(body))) + body
+
+
+def _sub(kind: int, data: bytes) -> bytes:
+    return bytes((len(data) + 1, kind)) + data
+
+
+@pytest.mark.parametrize("signature, problem", [
+    (b"\xc2\x01\x04", "a signature packet is cut short"),
+    (b"\xc2\x02\x07\x20", "a version 7 signature"),
+    (b"\xc2\x05\x04\x20\x16\x08\x00", "a version 4 signature packet is cut short"),
+    (b"\xc2\x08\x04\x20\x16\x08\x00\x40\x00\x00", "a version 4 signature's subpackets are longer than the packet"),
+    (_signature(4, 0x20, b"\x09\x02"), "a signature subpacket is longer than its area"),
+    (_signature(4, 0x20, b"\xff\x00"), "a signature subpacket header is cut short"),
+    (_signature(4, 0x20, b"\x00"), "a signature subpacket is longer than its area"),
+    (b"\xc2\x04\x03\x05\x20\x00", "a version 3 signature packet is malformed"),
+])
+def test_a_signature_on_the_primary_key_that_does_not_parse_is_refused(keys, signature, problem):
+    first = _gpg.packets(keys["pinned"].binary)[0][2]
+    with pytest.raises(_gpg.GpgError) as err:
+        _gpg.read_key(first + signature + keys["pinned"].binary[len(first):])
+    assert "a signature on the primary key %s cannot be read (%s" % (keys["pinned"].fingerprint, problem) in str(err.value)
+    assert "its expiry and revocation cannot be told" in str(err.value)
+
+
+@pytest.mark.parametrize("version", [4, 6])
+def test_crafted_signatures_are_read_by_version(version):
+    created = (1_600_000_000).to_bytes(4, "big")
+    reason = _sub(_gpg.SUB_REASON, b"\x02stolen laptop")
+    sig = _signature(version, 0x20, _sub(_gpg.SUB_CREATION, created) + reason, _sub(_gpg.SUB_ISSUER, b"\x01" * 8))
+    parsed = _gpg.read_signature(_gpg.packets(sig)[0][1])
+    assert (parsed.sig_type, parsed.created, parsed.issuers, parsed.reason) == (0x20, 1_600_000_000, ["01" * 8],
+                                                                                 "key material compromised: stolen laptop")
+    # A key expiration only counts in the hashed area, which the signature covers.
+    sig = _signature(version, 0x13, _sub(_gpg.SUB_CREATION, created), _sub(_gpg.SUB_KEY_EXPIRATION, (86400).to_bytes(4, "big")))
+    assert _gpg.read_signature(_gpg.packets(sig)[0][1]).key_expiration is None

@@ -17,6 +17,7 @@ import pytest
 
 import gpg_keys
 
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _gpg
 from ansible_collections.gpuhost.nvidia.plugins.modules import repository_key
 
 pytestmark = pytest.mark.skipif(gpg_keys.GPG is None, reason=gpg_keys.MISSING)
@@ -244,3 +245,146 @@ def test_files_that_cannot_be_written_with_the_key_are_refused(run_module, tmp_p
     no_dir = run_module(repository_key, args(tmp_path, keys, files=[{"path": str(tmp_path / "missing" / "x.sources"), "content": "a\n"}]))
     assert no_dir["failed"] and no_dir["msg"].endswith("x.sources': its directory '%s' does not exist. Nothing was installed." % (tmp_path / "missing"))
     assert not (tmp_path / "x.sources").exists() and not (tmp_path / "etc").exists()
+
+
+# --- expired, revoked and expiring keys; mode, owner and group checked before anything is written ---------------------
+
+def _warnings(monkeypatch):
+    seen: list[str] = []
+    monkeypatch.setattr(repository_key.AnsibleModule, "warn", lambda self, message: seen.append(message))
+    return seen
+
+
+@pytest.mark.parametrize("check_mode", [True, False])
+@pytest.mark.parametrize("name, says", [("expired", "expired on 2020-12-31 00:00:00 UTC"), ("revoked", "is revoked: a key revocation signature made ")])
+@pytest.mark.parametrize("form", ["armored", "binary"])
+def test_expired_and_revoked_keys_are_refused_and_nothing_is_written(run_module, tmp_path, keys, check_mode, name, says, form):
+    source = tmp_path / ("source.%s" % ("asc" if form == "armored" else "gpg"))
+    source.write_bytes(getattr(keys[name], form))
+    options = args(tmp_path, keys, url="file://%s" % source, fingerprint=keys[name].fingerprint, files=[
+        {"path": str(tmp_path / "test.sources"), "content": "Types: deb\n"}])
+    before = snapshot(tmp_path)
+    result = run_module(repository_key, options, check_mode=check_mode)
+    assert result["failed"] and result.get("changed") in (None, False)
+    assert result["msg"].startswith("the key %s at file://%s %s" % (keys[name].fingerprint, source, says)), result["msg"]
+    assert result["msg"].endswith("Nothing was installed. Check the URL, or pin the new key's fingerprint.")
+    assert snapshot(tmp_path) == before
+
+
+def test_an_installed_key_that_expired_is_fetched_again_and_replaced_by_its_renewal(run_module, tmp_path, keys):
+    renewed = keys["renewed"]
+    dest = tmp_path / "etc" / "keyrings" / "test.gpg"
+    dest.parent.mkdir(parents=True)
+    dest.write_bytes(renewed.earlier)  # the same key as installed in 2020: expired since 2021
+    (tmp_path / "renewed.asc").write_bytes(renewed.armored)
+    options = args(tmp_path, keys, url="file://%s/renewed.asc" % tmp_path, fingerprint=renewed.fingerprint)
+    predicted = run_module(repository_key, options, check_mode=True)
+    assert (predicted["changed"], predicted["fetched"]) == (True, True) and dest.read_bytes() == renewed.earlier
+    result = run_module(repository_key, options)
+    assert (result["changed"], result["fetched"]) == (True, True) and dest.read_bytes() == renewed.binary
+    assert result["expires"] == _gpg.utc(_gpg.read_key(renewed.binary).states[0].expires)
+    again = run_module(repository_key, options)
+    assert (again["changed"], again["fetched"]) == (False, False)
+
+
+def test_an_installed_key_that_expired_with_no_renewal_at_the_source_is_refused(run_module, tmp_path, keys):
+    expired = keys["expired"]
+    dest = tmp_path / "etc" / "keyrings" / "test.gpg"
+    dest.parent.mkdir(parents=True)
+    dest.write_bytes(expired.binary)
+    (tmp_path / "expired.asc").write_bytes(expired.armored)
+    for check_mode in (True, False):
+        result = run_module(repository_key, args(tmp_path, keys, url="file://%s/expired.asc" % tmp_path, fingerprint=expired.fingerprint),
+                            check_mode=check_mode)
+        assert result["failed"] and "expired on 2020-12-31 00:00:00 UTC" in result["msg"] and dest.read_bytes() == expired.binary
+
+
+@pytest.mark.parametrize("name", ["expired", "revoked"])
+def test_the_check_only_call_refuses_an_installed_key_that_expired_or_was_revoked(run_module, tmp_path, keys, name):
+    dest = tmp_path / "cuda.gpg"
+    dest.write_bytes(keys[name].binary)
+    result = run_module(repository_key, {"dest": str(dest), "fingerprint": keys[name].fingerprint})
+    assert result["failed"] and result["msg"].startswith("the key %s at %s " % (keys[name].fingerprint, dest))
+    assert ("expired on" if name == "expired" else "is revoked") in result["msg"] and result["msg"].endswith(". Nothing was installed.")
+
+
+@pytest.mark.parametrize("warn_days, warns", [(None, True), (30, True), (11, True), (9, False), (0, False)])
+def test_a_key_that_expires_soon_is_installed_with_a_warning(run_module, monkeypatch, tmp_path, keys, warn_days, warns):
+    soon = keys["soon"]  # expires ten days after it was made, just now
+    (tmp_path / "soon.asc").write_bytes(soon.armored)
+    options = args(tmp_path, keys, url="file://%s/soon.asc" % tmp_path, fingerprint=soon.fingerprint)
+    if warn_days is not None:
+        options["expiry_warn_days"] = warn_days
+    for check_mode in (True, False, False):  # predicted, installed, converged: each warns alike
+        seen = _warnings(monkeypatch)
+        result = run_module(repository_key, options, check_mode=check_mode)
+        assert not result.get("failed") and result["expires"] == _gpg.utc(_gpg.read_key(soon.armored).states[0].expires)
+        assert len(seen) == (1 if warns else 0), seen
+        if warns:
+            assert seen[0].startswith("the key %s at %s expires on %s, in " % (soon.fingerprint, options["dest"], result["expires"]))
+    seen = _warnings(monkeypatch)
+    check_only = {"dest": options["dest"], "fingerprint": soon.fingerprint}
+    if warn_days is not None:
+        check_only["expiry_warn_days"] = warn_days
+    checked = run_module(repository_key, check_only)
+    assert not checked.get("failed") and len(seen) == (1 if warns else 0)
+
+
+@pytest.mark.parametrize("days", [-1, -30, 36501, 10 ** 9])
+def test_expiry_warn_days_out_of_range_is_refused(run_module, tmp_path, keys, days):
+    result = run_module(repository_key, args(tmp_path, keys, expiry_warn_days=days))
+    assert result["failed"] and "expiry_warn_days: %d is not a number of days from 0 (never warn) to 36500" % days in result["msg"]
+    assert not (tmp_path / "etc").exists()
+
+
+@pytest.mark.parametrize("check_mode", [True, False])
+@pytest.mark.parametrize("extra, message", [
+    ({"mode": "0999"}, "mode: '0999' is not a file mode"),
+    ({"mode": "rwxr-xr-x"}, "mode: 'rwxr-xr-x' is not a file mode"),
+    ({"mode": "644\n"}, "mode: '644\\n' is not a file mode"),
+    ({"mode": "$(reboot)"}, "mode: '$(reboot)' is not a file mode"),
+    ({"mode": "u=rw;g=r"}, "is not a file mode"),
+    ({"mode": "06444"}, "mode: '06444' is not a file mode"),
+    ({"mode": "44"}, "mode: '44' is not a file mode"),
+    ({"mode": ""}, "mode: '' is not a file mode"),
+    ({"mode": 4096 * 8}, "mode: 32768 is not a file mode (0 to 0o7777)"),
+    ({"mode": -1}, "mode: -1 is not a file mode"),
+    ({"mode": 1.5}, "mode: 1.5 is a float, not a file mode"),
+    ({"mode": ["0644"]}, "is a list, not a file mode"),
+    # A key file whoever can write decides what the package manager trusts.
+    ({"mode": "0666"}, "mode: '0666' lets the group or others replace the key"),
+    ({"mode": "0664"}, "mode: '0664' lets the group or others replace the key"),
+    ({"mode": "0646"}, "lets the group or others replace the key"),
+    ({"mode": 0o777}, "mode: 511 lets the group or others replace the key"),
+    ({"mode": "4644"}, "sets the setuid, setgid or sticky bit"),
+    ({"mode": "1644"}, "sets the setuid, setgid or sticky bit"),
+    ({"mode": "a+w"}, "mode: 'a+w' lets the group or others replace the key"),
+    ({"mode": "o=rw"}, "lets the group or others"),
+    ({"mode": "u=rw,g=u,o=r"}, "lets the group or others"),
+    ({"mode": "+w"}, "lets the group or others"),
+    ({"mode": "u+s"}, "sets the setuid, setgid or sticky bit"),
+    ({"owner": "no-such-user-gpuhost"}, "owner: 'no-such-user-gpuhost' does not exist on this host"),
+    ({"owner": "root\nX"}, "owner: 'root\\nX' is not a user or group name"),
+    ({"owner": "$(reboot)"}, "owner: '$(reboot)' is not a user or group name"),
+    ({"owner": "-root"}, "owner: '-root' is not a user or group name"),
+    ({"owner": "99999999999"}, "owner: '99999999999' is not a valid numeric ID"),
+    ({"group": "no-such-group-gpuhost"}, "group: 'no-such-group-gpuhost' does not exist on this host"),
+    ({"group": "a b"}, "group: 'a b' is not a user or group name"),
+    ({"group": "x" * 40}, "is not a user or group name"),
+])
+def test_mode_owner_and_group_are_checked_before_anything_is_written(run_module, tmp_path, keys, repo, check_mode, extra, message):
+    before = snapshot(tmp_path)
+    result = run_module(repository_key, args(tmp_path, keys, **extra), check_mode=check_mode)
+    assert result["failed"] and message in result["msg"], result["msg"]
+    assert snapshot(tmp_path) == before and not (tmp_path / "etc").exists()
+
+
+@pytest.mark.parametrize("extra", [{"mode": "0644"}, {"mode": "644"}, {"mode": "0444"}, {"mode": "0600"}, {"mode": 0o644},
+                                   {"mode": "u=rw,g=r,o=r"}, {"mode": "u=rw,go=r"}, {"mode": "go-w"}, {"mode": None},
+                                   {"owner": "0"}, {"group": "0"}])
+def test_usual_modes_owners_and_groups_pass(run_module, tmp_path, keys, repo, extra):
+    options = args(tmp_path, keys)
+    options.update(extra)
+    if options.get("mode") is None:
+        options.pop("mode")
+    assert not run_module(repository_key, options).get("failed")
