@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import typing as t
 
-from ansible_collections.gpuhost.nvidia.plugins.plugin_utils._filter_args import gpu_facts, mapping
+from ansible_collections.gpuhost.nvidia.plugins.plugin_utils._filter_args import gpu_facts, guarded, mapping
 from ansible_collections.gpuhost.nvidia.plugins.plugin_utils._lazy import module_utils
 
 # Imported when a filter of this file first runs, not when Ansible loads the file (plugin_utils/_lazy.py).
@@ -26,4 +26,4 @@ def vfio_passthrough_plan(request: t.Any, facts: t.Any = None, host: t.Any = Non
 
 class FilterModule:
     def filters(self) -> dict[str, t.Callable[..., t.Any]]:
-        return {"vfio_passthrough_plan": vfio_passthrough_plan}
+        return guarded({"vfio_passthrough_plan": vfio_passthrough_plan})
