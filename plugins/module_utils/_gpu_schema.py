@@ -166,3 +166,13 @@ def facts_problems(facts: t.Any, where: str = "facts") -> list[str]:
     problems: list[str] = []
     _walk(facts, (dict, FACTS_SCHEMA), where, problems)
     return problems
+
+
+def facts_error(facts: t.Any, option: str = "facts") -> str | None:
+    """The message a module fails with when its ``option`` (the GPU facts it was given) holds a value of the wrong type;
+    None when the facts are usable. Checked before the host is read."""
+    problems = facts_problems(facts, option)
+    if not problems:
+        return None
+    shown = "; ".join(problems[:5]) + ("; and %d more" % (len(problems) - 5) if len(problems) > 5 else "")
+    return "%s: %s: pass ansible_facts.nvidia_gpu as gpuhost.nvidia.nvidia_gpu_facts returns it" % (option, shown)

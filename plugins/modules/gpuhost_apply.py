@@ -366,7 +366,7 @@ import typing as t
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_bytes
 
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _apply, _apt, _converged, _files
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _apply, _apt, _converged, _files, _validate
 
 C_ENV = {"LC_ALL": "C", "LANGUAGE": "C"}
 # mode is raw so that an unquoted YAML mode (a number) is seen, and refused, rather than turned into its decimal digits.
@@ -629,7 +629,7 @@ def switch_units(run: Applier, units: list[dict[str, t.Any]], states: dict[str, 
 
 
 def main() -> None:
-    module = AnsibleModule(
+    module = _validate.ansible_module(
         argument_spec=dict(
             directories=dict(type="list", elements="dict", default=[], options=dict(path=dict(type="str", required=True), **ATTRS)),
             files=dict(type="list", elements="dict", default=[], options=dict(
