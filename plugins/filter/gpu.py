@@ -144,6 +144,9 @@ def cuda_supported(driver: t.Any, cuda_version: t.Any, minor_version_compatibili
         if "nvidia_gpu" in driver or "driver" in driver:
             driver = gpu_facts(driver, "cuda_supported driver").get("driver") or {}
         driver = driver.get("version") or driver.get("branch")
+        if driver is None:
+            raise AnsibleFilterError("cuda_supported: the GPU facts hold no driver version or branch (is the driver loaded?), "
+                                     "so it cannot tell whether the driver runs CUDA %r" % (cuda_version,))
     if isinstance(driver, int) and not isinstance(driver, bool):
         driver = str(driver)
     if isinstance(cuda_version, float) and math.isfinite(cuda_version):

@@ -44,7 +44,8 @@ attributes:
 options:
   docker_host:
     description:
-      - The engine's API address, C(unix://), C(tcp://), C(ssh://), C(http://) or C(https://).
+      - The engine's API address, C(unix://) with an absolute socket path, or C(tcp://), C(ssh://), C(http://) or
+        C(https://) with a host and an optional port from 1 to 65535, and nothing after them.
       - Every option is checked before the engine is asked anything; a bad value fails the task, naming the option
         and the value.
     type: str

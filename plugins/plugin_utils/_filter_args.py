@@ -29,12 +29,15 @@ def mapping(value: t.Any, name: str) -> Mapping[str, t.Any]:
     return value
 
 
-def gpu_facts(value: t.Any, name: str) -> Mapping[str, t.Any]:
+def gpu_facts(value: t.Any, name: str, check: bool = True) -> Mapping[str, t.Any]:
     """The ``nvidia_gpu`` facts, given either themselves or ``ansible_facts`` holding them; a value of the wrong type
-    in them (a string where the schema has a number, a list or a dict) fails, naming each one."""
+    in them (a string where the schema has a number, a list or a dict) fails, naming each one. ``check=False`` leaves
+    that to the caller (a planner that reports it among its errors)."""
     facts = mapping(value, name)
-    if "nvidia_gpu" in facts and isinstance(facts["nvidia_gpu"], Mapping):
-        facts = facts["nvidia_gpu"]
+    if "nvidia_gpu" in facts:
+        facts = mapping(facts["nvidia_gpu"], "%s nvidia_gpu" % name)
+    if not check:
+        return facts
     problems = _gpu_schema.facts_problems(facts)
     if problems:
         raise AnsibleFilterError("%s: %s: pass ansible_facts.nvidia_gpu as gpuhost.nvidia.nvidia_gpu_facts returns it"

@@ -253,3 +253,53 @@ def test_the_guard_passes_a_filter_error_through_unchanged():
         _filter_args.guard("gpu_arch", refusing)("x")
     assert str(caught.value) == "gpu_arch: value must be a compute capability, got 'x'"
     assert not getattr(caught.value, _filter_args.UNCHECKED, False)
+
+
+def _gpu(**changes: t.Any) -> dict[str, t.Any]:
+    return dict(FACTS, gpus=[dict(GPU, **changes)])
+
+
+# The cases issue #37 saw, each with what the refusal must say.
+SEEN: list[tuple[str, list[t.Any], dict[str, t.Any], str]] = [
+    ("select_gpus", [_gpu(memory_total_mib="81559 MiB")], {}, "select_gpus: facts gpus[0].memory_total_mib must be a whole number"),
+    ("select_gpus", [_gpu(memory_total_mib=True)], {}, "memory_total_mib must be a whole number"),
+    ("select_gpus", [_gpu(mig="yes")], {}, "select_gpus: facts gpus[0].mig must be a dict"),
+    ("select_gpus", [FACTS], {"min_memory_mib": "lots"}, "select_gpus: min_memory_mib must be a whole number"),
+    ("select_gpus", [FACTS], {"count": float("nan")}, "select_gpus: count must be a whole number"),
+    ("select_gpus", [FACTS], {"models": [None]}, "select_gpus: models must be strings"),
+    ("cuda_supported", [{"nvidia_gpu": "x"}, "12.4"], {}, "cuda_supported driver nvidia_gpu: expected a dict, got str"),
+    ("cuda_supported", [dict(FACTS, driver="550"), "12.4"], {}, "cuda_supported driver: facts.driver must be a dict, got str '550'"),
+    ("cuda_supported", ["550.54.15", ["12.4"]], {}, "cuda_supported: cuda_version must be a version string"),
+    ("cuda_supported", [dict(FACTS, driver={}), "12.4"], {}, "the GPU facts hold no driver version or branch"),
+    ("nvidia_driver_move", [dict(DRIVER_PLAN, branch="latest"), None, []], {}, "nvidia_driver_move: plan.branch must be a driver branch"),
+    ("nvidia_driver_candidate_errors", [dict(DRIVER_PLAN, version="x"), "550.54.15-1"], {}, "plan.version must be a driver version"),
+    ("nvidia_driver_dkms_lines", [["x"]], {}, "nvidia_driver_dkms_lines: registrations[0] must be a dict"),
+    ("gpu_upgrade_summary", [[{"host": "a"}], 3], {}, "gpu_upgrade_summary: names must be a list"),
+    ("nvidia_container_toolkit_version", [3, {}], {}, "nvidia_container_toolkit_version offered must be a list"),
+]
+
+
+@pytest.mark.parametrize("name, args, kwargs, expected", SEEN, ids=["%s-%d" % (s[0], i) for i, s in enumerate(SEEN)])
+def test_the_cases_seen_are_refused_by_name(name, args, kwargs, expected):
+    with pytest.raises(AnsibleFilterError) as caught:
+        FILTERS[name](*args, **kwargs)
+    assert expected in str(caught.value), str(caught.value)
+    assert not getattr(caught.value, _filter_args.UNCHECKED, False)
+
+
+@pytest.mark.parametrize("request_changes, expected", [
+    ({"proxmox": "yes"}, "vfio_passthrough request proxmox must be a dict of pcie, rombar, x_vga"),
+    ({"proxmox": {"pcie": "yes"}}, "vfio_passthrough request proxmox.pcie must be true or false, got 'yes'"),
+    ({"pci_addresses": [1]}, "vfio_passthrough request pci_addresses must be a list of strings"),
+    ({"allow_console_gpu": "no"}, "vfio_passthrough request allow_console_gpu must be true or false"),
+    ({"other_roles": {"nvidia_driver": "x"}}, "other_roles.nvidia_driver must be a dict or null"),
+])
+def test_vfio_plan_lists_wrong_types_as_errors_and_plans_nothing(request_changes, expected):
+    plan = FILTERS["vfio_passthrough_plan"](dict(VFIO_REQUEST, **request_changes), FACTS, HOST)
+    assert any(expected in error for error in plan["errors"]), plan["errors"]
+    assert plan["gpus"] == [] and plan["kernel_args"] == [] and plan["proxmox_hostpci"] == []
+
+
+def test_vfio_plan_lists_wrong_facts_as_errors():
+    plan = FILTERS["vfio_passthrough_plan"](VFIO_REQUEST, dict(FACTS, gpus=["x"]), HOST)
+    assert plan["errors"] == ["vfio_passthrough facts.gpus[0] must be a dict, got str 'x'"]

@@ -223,3 +223,31 @@ def test_a_special_file_at_a_path_is_never_opened(name, option, refused, kind, t
         assert result.get("failed") is True and special[kind] in result["msg"] and "exception" not in result, result
     else:
         assert "exception" not in result, result
+
+
+@pytest.mark.parametrize("address, expected", [
+    ("tcp://127.0.0.1:99999", "Port out of range"), ("tcp://127.0.0.1:0", "has port 0"), ("tcp://:2375", "names no host"),
+    ("tcp://host:", "empty port"), ("http://host:2375/v1.40", "has a path"), ("unix://var/run/docker.sock", "absolute socket path"),
+    ("tcp://host:-1", "is not a valid address"), ("ssh://user@:22", "names no host"),
+])
+def test_engine_addresses_it_cannot_use_are_refused_by_name(address, expected, tmp_path, monkeypatch):
+    module = importlib.import_module("ansible_collections.gpuhost.nvidia.plugins.modules.gpu_container_check")
+    run = _runner(monkeypatch)
+    result, error = run(module, dict(_good(str(tmp_path))["gpu_container_check"], docker_host=address))
+    assert error is None and result is not None and result.get("failed") is True, (result, error)
+    assert result["msg"].startswith("docker_host %r" % address) and expected in result["msg"], result["msg"]
+
+
+@pytest.mark.parametrize("address", ["unix:///var/run/docker.sock", "tcp://127.0.0.1:2376", "tcp://[::1]:2375", "ssh://user@host",
+                                     "https://docker.example:65535", "tcp://host"])
+def test_engine_addresses_it_can_use_pass(address):
+    module = importlib.import_module("ansible_collections.gpuhost.nvidia.plugins.modules.gpu_container_check")
+    assert module.docker_host_problem(address) is None
+
+
+def test_an_unreachable_engine_is_the_reason_not_a_traceback(tmp_path, monkeypatch):
+    module = importlib.import_module("ansible_collections.gpuhost.nvidia.plugins.modules.gpu_container_check")
+    run = _runner(monkeypatch)
+    result, error = run(module, dict(_good(str(tmp_path))["gpu_container_check"], docker_host="tcp://127.0.0.1:9"))
+    assert error is None and result is not None and result.get("failed") is True, (result, error)
+    assert result["msg"].startswith("cannot reach the engine at tcp://127.0.0.1:9"), result["msg"]
