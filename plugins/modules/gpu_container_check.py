@@ -179,7 +179,7 @@ import traceback
 import typing as t
 from urllib.parse import urlsplit
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.basic import missing_required_lib
 
 from ansible_collections.gpuhost.nvidia.plugins.module_utils import _gpu_schema, _validate, _verify
 
@@ -239,6 +239,8 @@ def docker_host_problem(address: str) -> str | None:
     if parts.path not in ("", "/") or parts.query or parts.fragment:
         return "has a path, query or fragment after the host; give %s://HOST:PORT" % scheme
     return None
+
+
 _IMAGE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]*$")
 _DEVICE_ID_RE = re.compile(r"^(\d{1,2}|GPU-[0-9a-fA-F-]{36}|MIG-[A-Za-z0-9/-]{1,80})$")
 RULES: dict[str, _validate.Rule] = {

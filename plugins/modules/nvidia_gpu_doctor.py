@@ -204,8 +204,6 @@ markdown:
 import socket
 import typing as t
 
-from ansible.module_utils.basic import AnsibleModule
-
 from ansible_collections.gpuhost.nvidia.plugins.module_utils import _doctor, _facts, _gpu_schema, _validate
 
 # Checked before anything is read from the host.

@@ -251,3 +251,18 @@ def test_an_unreachable_engine_is_the_reason_not_a_traceback(tmp_path, monkeypat
     result, error = run(module, dict(_good(str(tmp_path))["gpu_container_check"], docker_host="tcp://127.0.0.1:9"))
     assert error is None and result is not None and result.get("failed") is True, (result, error)
     assert result["msg"].startswith("cannot reach the engine at tcp://127.0.0.1:9"), result["msg"]
+
+
+def test_the_facts_never_open_a_fifo_under_the_root(tmp_path):
+    pci = importlib.import_module("ansible_collections.gpuhost.nvidia.plugins.module_utils._pci")
+    (tmp_path / "etc").mkdir()
+    os.mkfifo(str(tmp_path / "etc" / "ld.so.cache"))
+    os.mkfifo(str(tmp_path / "nvidia.ko"))
+    previous = signal.signal(signal.SIGALRM, lambda *_a: (_ for _ in ()).throw(TimeoutError("blocked on a FIFO")))
+    signal.alarm(10)
+    try:
+        assert pci._ld_cache_paths(str(tmp_path), "libcuda.so.1") == []  # pylint: disable=protected-access
+        assert pci._module_license(str(tmp_path / "nvidia.ko")) is None  # pylint: disable=protected-access
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
