@@ -94,9 +94,14 @@ def _attr_problems(where: str, item: t.Mapping[str, t.Any]) -> list[str]:
         problems.append("%s: %s" % (where, problem))
     for key in ("owner", "group"):
         value = item.get(key)
-        if value is not None and not (isinstance(value, str) and ACCOUNT.fullmatch(value)):
+        if account_problem(value):
             problems.append("%s: %s %r is not a user or group name" % (where, key, value))
     return problems
+
+
+def account_problem(value: t.Any) -> bool:
+    """Whether ``value`` is not a user or group name (or numeric id) at all; None is no problem (not asked for)."""
+    return value is not None and not (isinstance(value, str) and ACCOUNT.fullmatch(value))
 
 
 def _content_problem(where: str, item: t.Mapping[str, t.Any]) -> list[str]:

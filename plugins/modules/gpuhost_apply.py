@@ -512,9 +512,9 @@ def check(module: AnsibleModule) -> list[str]:
                                     params["regenerate"])
     if params["gpu_facts"] != "never":
         problems += _facts().root_errors(params["gpu_facts_root"], "gpu_facts_root")
-    notes: list[str] = []
-    if not problems:
-        problems, notes = preflight(params, module.check_mode)
+    # The host is asked about the items the request check passed, so that every problem is reported in one go.
+    found, notes = preflight(params, module.check_mode)
+    problems += found
     if problems:
         module.fail_json(msg="gpuhost_apply: %s" % "; ".join(problems), problems=problems, changed_files=[], removed=[])
     return notes
@@ -545,6 +545,8 @@ def preflight(params: t.Mapping[str, t.Any], check_mode: bool) -> tuple[list[str
     made: set[str] = set()  # directories this call creates, with their missing parents
     for index, item in enumerate(params["directories"]):
         where = "directories[%d]" % index
+        if _apply.path_problem(item["path"]) is not None:
+            continue
         try:
             if not _files.check_directory(item["path"], where):
                 path = item["path"]
@@ -555,6 +557,8 @@ def preflight(params: t.Mapping[str, t.Any], check_mode: bool) -> tuple[list[str
             problems.append(str(exc))
     for index, item in enumerate(params["files"]):
         where = "files[%d]" % index
+        if _apply.path_problem(item["path"]) is not None:
+            continue
         directory = os.path.dirname(item["path"])
         try:
             _files.check_file(item["path"], where)
@@ -568,6 +572,8 @@ def preflight(params: t.Mapping[str, t.Any], check_mode: bool) -> tuple[list[str
             problems.append(str(exc))
     for index, path in enumerate(params["absent"]):
         where = "absent[%d]" % index
+        if _apply.path_problem(path) is not None:
+            continue
         try:
             if not os.path.isdir(path) or os.path.islink(path):
                 _files.check_file(path, where)  # a file, or a link to one; a FIFO, socket or device is refused
@@ -576,7 +582,7 @@ def preflight(params: t.Mapping[str, t.Any], check_mode: bool) -> tuple[list[str
     for kind in ("directories", "files"):
         for index, item in enumerate(params[kind]):
             for key in ("owner", "group"):
-                problem = _account_problem("%s[%d]" % (kind, index), key, item.get(key))
+                problem = None if _apply.account_problem(item.get(key)) else _account_problem("%s[%d]" % (kind, index), key, item.get(key))
                 if problem is not None:
                     problems.append(problem)
     return problems, notes

@@ -165,3 +165,14 @@ def test_mode_problems(mode, problem):
 @pytest.mark.parametrize("mode", ["0644", "644", "0755", "1777", "0600", None])
 def test_good_modes(mode):
     assert _apply.mode_problem(mode) is None
+
+
+def test_request_and_host_problems_are_reported_together(run_module, no_commands, host):
+    tmp_path, special = host
+    request = good(tmp_path)
+    request["files"] += [{"path": str(tmp_path / "etc" / "c.conf"), "content": "x", "mode": 420},
+                         {"path": str(tmp_path / "nodir" / "b.conf"), "content": "x"}, {"path": "relative/x", "content": "x"}]
+    before = hostile.snapshot(str(tmp_path))
+    result = run_module(gpuhost_apply, request)
+    assert [p.split(":")[0].split(" ")[0] for p in result["problems"]] == ["files[2]", "files[4]", "files[3]"], result["problems"]
+    assert hostile.snapshot(str(tmp_path)) == before
