@@ -16,12 +16,29 @@ import typing as t
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpuhost.nvidia.plugins.plugin_utils._filter_args import gpu_facts, mapping
+from ansible_collections.gpuhost.nvidia.plugins.plugin_utils._filter_args import gpu_facts, guarded, mapping
 from ansible_collections.gpuhost.nvidia.plugins.plugin_utils._lazy import module_utils
 
 # Imported when a filter of this file first runs, not when Ansible loads the file (plugin_utils/_lazy.py).
 _driver = module_utils("_driver")
 _kernels = module_utils("_kernels")
+
+
+PLAN_FIX = "pass the result of gpuhost.nvidia.nvidia_driver_plan"
+
+
+def _plan(plan: t.Any, name: str) -> t.Mapping[str, t.Any]:
+    """A driver plan, as nvidia_driver_plan returns it: its branch (three digits) and version (580.65.06) checked, since
+    every decision after it compares them as numbers."""
+    plan_map = mapping(plan, "%s plan" % name)
+    branch = plan_map.get("branch")
+    if branch is not None and (isinstance(branch, (bool, float)) or _driver.parse_branch(branch) is None
+                               or str(_driver.parse_branch(branch)) != str(branch).strip()):
+        raise AnsibleFilterError("%s: plan.branch must be a driver branch such as 580, got %r: %s" % (name, branch, PLAN_FIX))
+    version = plan_map.get("version")
+    if version not in (None, "") and (not isinstance(version, str) or not _driver.is_driver_version(version)):
+        raise AnsibleFilterError("%s: plan.version must be a driver version such as 580.65.06, got %r: %s" % (name, version, PLAN_FIX))
+    return plan_map
 
 
 def nvidia_driver_plan(request: t.Any, facts: t.Any = None, host: t.Any = None, capabilities: t.Any = None) -> dict[str, t.Any]:
@@ -37,7 +54,8 @@ def nvidia_driver_plan(request: t.Any, facts: t.Any = None, host: t.Any = None, 
 
 def nvidia_driver_candidate_errors(plan: t.Any, candidate: t.Any, request: t.Any = None, source_label: str = "") -> list[str]:
     """Why the version the package manager offers does not fit the plan (empty when it does)."""
-    return _driver.check_candidate(mapping(plan, "nvidia_driver_candidate_errors plan"), candidate, mapping(request, "request"), source_label)
+    return _driver.check_candidate(_plan(plan, "nvidia_driver_candidate_errors"), candidate,
+                                   mapping(request, "nvidia_driver_candidate_errors request"), str(source_label or ""))
 
 
 def nvidia_driver_packages(plan: t.Any, table: t.Any = None, host: t.Any = None) -> dict[str, t.Any]:
@@ -49,7 +67,7 @@ def nvidia_driver_packages(plan: t.Any, table: t.Any = None, host: t.Any = None)
 
 def nvidia_driver_versionlock(names: t.Any, plan: t.Any = None, style: str = "dnf4") -> list[t.Any]:
     """dnf versionlock entries holding ``names`` at the plan's branch or version: dnf4 lock-list lines or dnf5 entries."""
-    plan_map = mapping(plan, "nvidia_driver_versionlock plan")
+    plan_map = _plan(plan, "nvidia_driver_versionlock")
     if not plan_map.get("version") and plan_map.get("branch") in (None, ""):
         raise AnsibleFilterError("nvidia_driver_versionlock: the plan has neither a branch nor a version to hold")
     try:
@@ -64,7 +82,7 @@ def nvidia_driver_versionlock(names: t.Any, plan: t.Any = None, style: str = "dn
 
 def nvidia_driver_move(plan: t.Any, installed: t.Any = None, candidates: t.Any = None) -> dict[str, t.Any]:
     """What happens to the installed driver (kept, installed, moved up or down), with a summary such as "570.172.08 -> 580.65.06"."""
-    return _driver.plan_move(mapping(plan, "nvidia_driver_move plan"), installed, candidates)
+    return _driver.plan_move(_plan(plan, "nvidia_driver_move"), installed, candidates)
 
 
 def nvidia_driver_package_specs(names: t.Any, version: t.Any = None, pkg_mgr: str = "apt", exact: t.Any = None) -> list[str]:
@@ -77,7 +95,7 @@ def nvidia_driver_package_specs(names: t.Any, version: t.Any = None, pkg_mgr: st
 def nvidia_driver_lockstep(plan: t.Any, move: t.Any = None, packages: t.Any = None, installed: t.Any = None, pkg_mgr: str = "apt") -> dict[str, t.Any]:
     """Fabric Manager and NSCQ at the driver's exact version, NVLSM beside them, and the other branch's packages to remove."""
     return _driver.plan_lockstep(
-        mapping(plan, "nvidia_driver_lockstep plan"), mapping(move, "nvidia_driver_lockstep move"),
+        _plan(plan, "nvidia_driver_lockstep"), mapping(move, "nvidia_driver_lockstep move"),
         mapping(packages, "nvidia_driver_lockstep packages"), installed, pkg_mgr,
     )
 
@@ -102,12 +120,21 @@ def nvidia_driver_dkms_lines(registrations: t.Any) -> list[str]:
     if registrations is not None and not isinstance(registrations, list):
         raise AnsibleFilterError("nvidia_driver_dkms_lines: expected the list ansible_facts.nvidia_gpu.kernels.dkms, got %s"
                                  % type(registrations).__name__)
+    for index, entry in enumerate(registrations or []):
+        if not isinstance(entry, t.Mapping):
+            raise AnsibleFilterError("nvidia_driver_dkms_lines: registrations[%d] must be a dict {module, version, built, installed}, got %r: "
+                                     "pass ansible_facts.nvidia_gpu.kernels.dkms" % (index, entry))
+        for key in ("built", "installed"):
+            kernels = entry.get(key)
+            if kernels is not None and (not isinstance(kernels, list) or not all(isinstance(k, str) for k in kernels)):
+                raise AnsibleFilterError("nvidia_driver_dkms_lines: registrations[%d].%s must be a list of kernel releases, got %r: "
+                                         "pass ansible_facts.nvidia_gpu.kernels.dkms" % (index, key, kernels))
     return _kernels.dkms_lines(registrations)
 
 
 class FilterModule:
     def filters(self) -> dict[str, t.Callable[..., t.Any]]:
-        return {
+        return guarded({
             "nvidia_driver_plan": nvidia_driver_plan,
             "nvidia_driver_candidate_errors": nvidia_driver_candidate_errors,
             "nvidia_driver_packages": nvidia_driver_packages,
@@ -118,4 +145,4 @@ class FilterModule:
             "nvidia_driver_lockstep_hold": nvidia_driver_lockstep_hold,
             "nvidia_driver_dnf_versions": nvidia_driver_dnf_versions,
             "nvidia_driver_dkms_lines": nvidia_driver_dkms_lines,
-        }
+        })

@@ -6,11 +6,13 @@
 
 from __future__ import annotations
 
+import math
 import typing as t
 from collections.abc import Mapping, Sequence
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.gpuhost.nvidia.plugins.plugin_utils._filter_args import gpu_facts, guarded, sequence, whole
 from ansible_collections.gpuhost.nvidia.plugins.plugin_utils._lazy import module_utils
 
 # Imported when a filter of this file first runs, not when Ansible loads the file (plugin_utils/_lazy.py).
@@ -20,6 +22,9 @@ _driver = module_utils("_driver")
 PREFER = ("lowest_utilization", "lowest_index", "most_memory")
 
 
+FACTS_FIX = "pass ansible_facts.nvidia_gpu as gpuhost.nvidia.nvidia_gpu_facts returns it"
+
+
 def _gpus_of(facts: t.Any) -> list[Mapping[str, t.Any]]:
     if isinstance(facts, Mapping):
         if "nvidia_gpu" in facts and isinstance(facts["nvidia_gpu"], Mapping):
@@ -27,17 +32,40 @@ def _gpus_of(facts: t.Any) -> list[Mapping[str, t.Any]]:
         gpus = facts.get("gpus")
         if gpus is None:
             raise AnsibleFilterError("select_gpus: expected ansible_facts.nvidia_gpu (a dict with 'gpus'), got a dict without 'gpus'")
-        facts = gpus
+        return _entries(gpus, "select_gpus: facts gpus")
     if isinstance(facts, (str, bytes)) or not isinstance(facts, Sequence):
         raise AnsibleFilterError("select_gpus: expected ansible_facts.nvidia_gpu or its 'gpus' list, got %s" % type(facts).__name__)
-    return [g for g in facts if isinstance(g, Mapping)]
+    return _entries(facts, "select_gpus: facts gpus")
 
 
-def _utilization(gpu: Mapping[str, t.Any]) -> float:
+def _entries(value: t.Any, name: str) -> list[Mapping[str, t.Any]]:
+    """A list of dicts of the facts; anything else in it fails, naming where (a GPU that cannot be read is not skipped)."""
+    entries = sequence(value, name, FACTS_FIX)
+    for index, entry in enumerate(entries):
+        if not isinstance(entry, Mapping):
+            raise AnsibleFilterError("%s[%d] must be a dict, got %s %r: %s" % (name, index, type(entry).__name__, entry, FACTS_FIX))
+    return entries
+
+
+def _utilization(gpu: Mapping[str, t.Any], where: str) -> float:
     util = gpu.get("utilization")
-    if isinstance(util, Mapping) and util.get("gpu") is not None:
-        return float(util["gpu"])
-    return float("inf")
+    if util is None:
+        return float("inf")
+    if not isinstance(util, Mapping):
+        raise AnsibleFilterError("%s.utilization must be a dict, got %r: %s" % (where, util, FACTS_FIX))
+    if util.get("gpu") is None:
+        return float("inf")
+    return float(whole(util["gpu"], where + ".utilization.gpu", FACTS_FIX))
+
+
+def _models(models: t.Any) -> list[str]:
+    if isinstance(models, str):
+        models = [models]
+    wanted = sequence(models, "select_gpus: models", "give model names such as ['H100']")
+    bad = [m for m in wanted if not isinstance(m, str)]
+    if bad:
+        raise AnsibleFilterError("select_gpus: models must be strings such as 'H100', got %r" % (bad[0],))
+    return [m.lower() for m in wanted]
 
 
 def select_gpus(
@@ -49,39 +77,44 @@ def select_gpus(
     allow_mig: bool = False,
 ) -> list[str]:
     """UUIDs of the usable GPUs (or MIG devices) that match, best first."""
-    if prefer not in PREFER:
+    if not isinstance(prefer, str) or prefer not in PREFER:
         raise AnsibleFilterError("select_gpus: prefer must be one of %s, got %r" % (", ".join(PREFER), prefer))
-    if isinstance(models, str):
-        models = [models]
-    wanted = [m.lower() for m in (models or [])]
-    try:
-        min_memory = int(min_memory_mib or 0)
-        wanted_count = None if count is None else int(count)
-    except (TypeError, ValueError) as exc:
-        raise AnsibleFilterError("select_gpus: min_memory_mib and count must be integers: %s" % exc) from exc
-    if wanted_count is not None and wanted_count < 0:
-        raise AnsibleFilterError("select_gpus: count must not be negative, got %d" % wanted_count)
+    wanted = _models(models)
+    min_memory = whole(min_memory_mib if min_memory_mib is not None else 0, "select_gpus: min_memory_mib", "give MiB such as 80000")
+    wanted_count = None if count is None else whole(count, "select_gpus: count", "give how many GPUs, or leave it out for all")
 
     candidates: list[tuple[tuple[t.Any, ...], str]] = []
-    for gpu in _gpus_of(facts):
+    for number, gpu in enumerate(_gpus_of(facts)):
+        where = "select_gpus: facts gpus[%d]" % number
         if gpu.get("state") != "ok" or not gpu.get("uuid"):
             continue
         name = str(gpu.get("name") or "").lower()
         if wanted and not any(w in name for w in wanted):
             continue
-        index = gpu.get("index") if gpu.get("index") is not None else 1 << 30
-        mig_on = bool((gpu.get("mig") or {}).get("current"))
-        if mig_on:
+        index = whole(gpu["index"], where + ".index", FACTS_FIX) if gpu.get("index") is not None else 1 << 30
+        mig = gpu.get("mig") if gpu.get("mig") is not None else {}
+        if not isinstance(mig, Mapping):
+            raise AnsibleFilterError("%s.mig must be a dict {current, pending}, got %r: %s" % (where, mig, FACTS_FIX))
+        if bool(mig.get("current")):
             if not allow_mig:
                 continue
-            units = [(m.get("uuid"), m.get("memory_mib"), (m.get("gi") or 0, m.get("ci") or 0)) for m in gpu.get("mig_devices") or []]
+            units = []
+            for sub, device in enumerate(_entries(gpu.get("mig_devices"), where + ".mig_devices")):
+                place = (whole(device.get("gi") or 0, "%s.mig_devices[%d].gi" % (where, sub), FACTS_FIX),
+                         whole(device.get("ci") or 0, "%s.mig_devices[%d].ci" % (where, sub), FACTS_FIX))
+                units.append((device.get("uuid"), device.get("memory_mib"), place, "%s.mig_devices[%d].memory_mib" % (where, sub)))
         else:
-            units = [(gpu.get("uuid"), gpu.get("memory_total_mib"), (0, 0))]
-        for uuid, memory, sub in units:
-            if not uuid or memory is None or memory < min_memory:
+            units = [(gpu.get("uuid"), gpu.get("memory_total_mib"), (0, 0), where + ".memory_total_mib")]
+        for uuid, memory, sub, memory_where in units:
+            if not uuid or memory is None:
+                continue
+            if not isinstance(uuid, str):
+                raise AnsibleFilterError("%s: uuid must be a string, got %r: %s" % (where, uuid, FACTS_FIX))
+            memory = whole(memory, memory_where, FACTS_FIX)
+            if memory < min_memory:
                 continue
             if prefer == "lowest_utilization":
-                key: tuple[t.Any, ...] = (_utilization(gpu), index, sub)
+                key: tuple[t.Any, ...] = (_utilization(gpu, where), index, sub)
             elif prefer == "most_memory":
                 key = (-memory, index, sub)
             else:
@@ -108,15 +141,20 @@ def gpu_arch(value: t.Any) -> str | None:
 def cuda_supported(driver: t.Any, cuda_version: t.Any, minor_version_compatibility: bool = False) -> bool:
     """Whether a driver version or branch (or the facts) runs a CUDA toolkit release."""
     if isinstance(driver, Mapping):
-        if "nvidia_gpu" in driver:
-            driver = driver["nvidia_gpu"]
-        if "driver" in driver and isinstance(driver["driver"], Mapping):
-            driver = driver["driver"]
+        if "nvidia_gpu" in driver or "driver" in driver:
+            driver = gpu_facts(driver, "cuda_supported driver").get("driver") or {}
         driver = driver.get("version") or driver.get("branch")
-    if isinstance(driver, int):
+        if driver is None:
+            raise AnsibleFilterError("cuda_supported: the GPU facts hold no driver version or branch (is the driver loaded?), "
+                                     "so it cannot tell whether the driver runs CUDA %r" % (cuda_version,))
+    if isinstance(driver, int) and not isinstance(driver, bool):
         driver = str(driver)
-    if isinstance(cuda_version, float):
+    if isinstance(cuda_version, float) and math.isfinite(cuda_version):
         cuda_version = repr(cuda_version)
+    for name, value in (("driver", driver), ("cuda_version", cuda_version)):
+        if not isinstance(value, str):
+            raise AnsibleFilterError("cuda_supported: %s must be a version string such as '550.54.15' or '12.4' (or the GPU facts), got %s %r"
+                                     % (name, type(value).__name__, value))
     result = _catalog.cuda_supported(driver, cuda_version, bool(minor_version_compatibility))
     if result is None:
         raise AnsibleFilterError("cuda_supported: cannot tell whether driver %r supports CUDA %r" % (driver, cuda_version))
@@ -125,8 +163,8 @@ def cuda_supported(driver: t.Any, cuda_version: t.Any, minor_version_compatibili
 
 class FilterModule:
     def filters(self) -> dict[str, t.Callable[..., t.Any]]:
-        return {
+        return guarded({
             "select_gpus": select_gpus,
             "gpu_arch": gpu_arch,
             "cuda_supported": cuda_supported,
-        }
+        })

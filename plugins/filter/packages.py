@@ -18,6 +18,8 @@ import typing as t
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.gpuhost.nvidia.plugins.plugin_utils._filter_args import guarded
+
 # apt's and pacman's name=version (or a version glob): the part before the first "=" is the package name. A dnf
 # name-version cannot be told from a name with dashes, so it stays whole (and never matches a recorded name).
 _VERSIONED = re.compile(r"^([^=<>\s]+)=")
@@ -153,8 +155,8 @@ def package_plan(plan: t.Any, userland: t.Any = None, installed: t.Any = None) -
 
 class FilterModule:
     def filters(self) -> dict[str, t.Callable[..., t.Any]]:
-        return {
+        return guarded({
             "packages_to_ensure": packages_to_ensure,
             "packages_ensured": packages_ensured,
             "package_plan": package_plan,
-        }
+        })

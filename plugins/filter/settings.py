@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import typing as t
 
-from ansible_collections.gpuhost.nvidia.plugins.plugin_utils._filter_args import plain
+from ansible_collections.gpuhost.nvidia.plugins.plugin_utils._filter_args import guarded, plain
 from ansible_collections.gpuhost.nvidia.plugins.plugin_utils._lazy import module_utils
 
 # Imported when a filter of this file first runs, not when Ansible loads the file (plugin_utils/_lazy.py).
@@ -26,7 +26,7 @@ def gpu_settings_idle_result(facts: t.Any) -> dict[str, t.Any] | None:
 
 class FilterModule:
     def filters(self) -> dict[str, t.Callable[..., t.Any]]:
-        return {
+        return guarded({
             "gpu_settings_spec_errors": gpu_settings_spec_errors,
             "gpu_settings_idle_result": gpu_settings_idle_result,
-        }
+        })

@@ -16,7 +16,7 @@ import typing as t
 from ansible.errors import AnsibleFilterError
 from ansible.utils.display import Display
 
-from ansible_collections.gpuhost.nvidia.plugins.plugin_utils._filter_args import gpu_facts, mapping
+from ansible_collections.gpuhost.nvidia.plugins.plugin_utils._filter_args import gpu_facts, guarded, mapping, sequence
 from ansible_collections.gpuhost.nvidia.plugins.plugin_utils._lazy import module_utils
 
 # Imported when a filter of this file first runs, not when Ansible loads the file (plugin_utils/_lazy.py).
@@ -37,7 +37,8 @@ def nvidia_container_toolkit_version(offered: t.Any, request: t.Any, source: str
     request_map = mapping(request, "nvidia_container_toolkit_version request")
     if isinstance(offered, str):
         offered = offered.split()
-    version, errors = _toolkit.pick_version(list(offered or []), str(request_map.get("version") or ""), source)
+    offered = sequence(offered, "nvidia_container_toolkit_version offered", "give the versions the repository offers, as a list")
+    version, errors = _toolkit.pick_version([str(item) for item in offered if item is not None], str(request_map.get("version") or ""), source)
     if version is not None:
         errors = errors + _toolkit.candidate_errors(version, request_map)
     return {"version": version, "upstream": _toolkit.upstream(version) if version else None, "errors": errors}
@@ -105,10 +106,10 @@ def nvidia_container_restarts(engines: t.Any, policy: str = "always") -> dict[st
 
 class FilterModule:
     def filters(self) -> dict[str, t.Callable[..., t.Any]]:
-        return {
+        return guarded({
             "nvidia_container_toolkit_errors": nvidia_container_toolkit_errors,
             "nvidia_container_toolkit_version": nvidia_container_toolkit_version,
             "nvidia_node_labels": nvidia_node_labels,
             "nvidia_node_labels_file": nvidia_node_labels_file,
             "nvidia_container_restarts": nvidia_container_restarts,
-        }
+        })

@@ -15,6 +15,8 @@ from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.gpuhost.nvidia.plugins.plugin_utils._filter_args import guarded, sequence
+
 # The columns of the summary table, in order, with the entry key each one shows.
 COLUMNS = (("HOST", "host"), ("STATUS", "status"), ("STEP", "step"), ("DRIVER", "driver"), ("TOOLKIT", "toolkit"),
            ("REBOOTED", "rebooted"), ("NOTE", "message"))
@@ -70,6 +72,7 @@ def _normalise(name: t.Any, entry: t.Any) -> dict[str, t.Any]:
     """One host's row: a missing entry was never reached, a ``started`` one fell out (unreachable) in its step."""
     if not isinstance(entry, Mapping) or not entry:
         return {"host": name, "status": "not reached", "message": "no record: unreachable before its turn, or the run ended"}
+    # A status of another type (a list, a dict) is shown as text: the table reports it, it does not decide anything.
     row = {"host": _cell(entry.get("host") or name), "status": _cell(entry.get("status") or "?"), "step": entry.get("step"),
            "driver": _moved(entry, "driver"), "toolkit": _moved(entry, "toolkit"), "rebooted": entry.get("rebooted"),
            "message": entry.get("message")}
@@ -83,7 +86,7 @@ def gpu_upgrade_summary(entries: t.Any, names: t.Any = None) -> dict[str, t.Any]
     """The roll's table (a line per host, in ``names`` order) and the hosts that did not finish, with why."""
     if not isinstance(entries, (list, tuple)):
         raise AnsibleFilterError("gpu_upgrade_summary expects a list of per-host entries")
-    names = list(names) if names is not None else [None] * len(entries)
+    names = sequence(names, "gpu_upgrade_summary: names", "give one inventory name per entry") if names is not None else [None] * len(entries)
     if len(names) != len(entries):
         raise AnsibleFilterError("gpu_upgrade_summary: %d names for %d entries" % (len(names), len(entries)))
     rows = [_normalise(name, entry) for name, entry in zip(names, entries)]
@@ -104,7 +107,7 @@ def gpu_upgrade_summary(entries: t.Any, names: t.Any = None) -> dict[str, t.Any]
 
 class FilterModule:
     def filters(self) -> dict[str, t.Callable[..., t.Any]]:
-        return {
+        return guarded({
             "gpu_busy_processes": gpu_busy_processes,
             "gpu_upgrade_summary": gpu_upgrade_summary,
-        }
+        })

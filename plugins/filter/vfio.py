@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import typing as t
 
-from ansible_collections.gpuhost.nvidia.plugins.plugin_utils._filter_args import gpu_facts, mapping
+from ansible_collections.gpuhost.nvidia.plugins.plugin_utils._filter_args import gpu_facts, guarded, mapping
 from ansible_collections.gpuhost.nvidia.plugins.plugin_utils._lazy import module_utils
 
 # Imported when a filter of this file first runs, not when Ansible loads the file (plugin_utils/_lazy.py).
@@ -20,10 +20,11 @@ _vfio = module_utils("_vfio")
 
 def vfio_passthrough_plan(request: t.Any, facts: t.Any = None, host: t.Any = None) -> dict[str, t.Any]:
     """The functions to pass through, the kernel arguments, and every reason to stop (``errors``)."""
-    facts_map = gpu_facts(facts, "vfio_passthrough_plan facts")
+    # Not checked here: the planner lists facts of the wrong type among its errors, as it never fails on bad input.
+    facts_map = gpu_facts(facts, "vfio_passthrough_plan facts", check=False)
     return _vfio.plan(mapping(request, "vfio_passthrough_plan request"), facts_map, mapping(host, "vfio_passthrough_plan host"))
 
 
 class FilterModule:
     def filters(self) -> dict[str, t.Callable[..., t.Any]]:
-        return {"vfio_passthrough_plan": vfio_passthrough_plan}
+        return guarded({"vfio_passthrough_plan": vfio_passthrough_plan})

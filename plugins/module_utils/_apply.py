@@ -69,16 +69,50 @@ def path_problem(path: t.Any) -> str | None:
     return None
 
 
+def mode_problem(mode: t.Any) -> str | None:
+    """Why ``mode`` is not an octal mode string (``'0644'``); None when it is (or is left out).
+
+    A number is refused, not read: YAML reads an unquoted ``0644`` as the number 420 and an unquoted ``644`` as the
+    number 644, which are different modes, and nothing here can tell which one the user wrote.
+    """
+    if mode is None:
+        return None
+    if isinstance(mode, int) and not isinstance(mode, bool):
+        octal = "0%o" % mode if 0 <= mode <= 0o7777 else None
+        return ("mode %r is a number, not a quoted octal string: YAML reads an unquoted 0644 as the number 420, and an unquoted 644 "
+                "as 644 (octal 1204); quote the mode, as in mode: '0644'%s"
+                % (mode, " (the number %d is octal %s)" % (mode, octal) if octal else ""))
+    if not isinstance(mode, str) or not MODE.fullmatch(mode):
+        return "mode %r is not an octal mode string such as '0644'" % (mode,)
+    return None
+
+
 def _attr_problems(where: str, item: t.Mapping[str, t.Any]) -> list[str]:
     problems = []
-    mode = item.get("mode")
-    if mode is not None and not MODE.match(str(mode)):
-        problems.append("%s: mode %r is not an octal mode string such as '0644'" % (where, mode))
+    problem = mode_problem(item.get("mode"))
+    if problem is not None:
+        problems.append("%s: %s" % (where, problem))
     for key in ("owner", "group"):
         value = item.get(key)
-        if value is not None and not ACCOUNT.match(str(value)):
+        if account_problem(value):
             problems.append("%s: %s %r is not a user or group name" % (where, key, value))
     return problems
+
+
+def account_problem(value: t.Any) -> bool:
+    """Whether ``value`` is not a user or group name (or numeric id) at all; None is no problem (not asked for)."""
+    return value is not None and not (isinstance(value, str) and ACCOUNT.fullmatch(value))
+
+
+def _content_problem(where: str, item: t.Mapping[str, t.Any]) -> list[str]:
+    content = item.get("content")
+    if not isinstance(content, str):
+        return ["%s: content must be text, got %s" % (where, type(content).__name__)]
+    try:
+        content.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return ["%s: content holds %r at character %d, which is not valid UTF-8 (a lone surrogate)" % (where, content[exc.start], exc.start)]
+    return []
 
 
 def _path_problems(where: str, path: t.Any) -> list[str]:
@@ -107,7 +141,7 @@ def check_request(directories: t.Sequence[t.Mapping[str, t.Any]], files: t.Seque
         claim(item.get("path"), where)
     for index, item in enumerate(files):
         where = "files[%d]" % index
-        problems += _path_problems(where, item.get("path")) + _attr_problems(where, item)
+        problems += _path_problems(where, item.get("path")) + _attr_problems(where, item) + _content_problem(where, item)
         claim(item.get("path"), where)
     for index, path in enumerate(absent):
         where = "absent[%d]" % index
@@ -119,7 +153,7 @@ def check_request(directories: t.Sequence[t.Mapping[str, t.Any]], files: t.Seque
     for index, unit in enumerate(units):
         name = unit.get("name")
         where = "units[%d]" % index
-        if not isinstance(name, str) or not UNIT_NAME.match(name):
+        if not isinstance(name, str) or not UNIT_NAME.fullmatch(name):
             problems.append("%s: %r is not a systemd unit name (name.service, .socket, .timer, ...)" % (where, name))
         elif name in names:
             problems.append("%s: unit %s is listed twice" % (where, name))
@@ -162,7 +196,7 @@ def _regenerate_problems(regenerate: t.Mapping[str, t.Any] | None, changing: t.C
         return []
     problems = []
     argv = regenerate.get("argv") or []
-    if not argv or not isinstance(argv[0], str) or not COMMAND.match(argv[0]):
+    if not argv or not isinstance(argv[0], str) or not COMMAND.fullmatch(argv[0]):
         problems.append("regenerate.argv: %r does not start with a command name or absolute path (letters, digits and _ . + / -)"
                         % (argv[:1],))
     for index, arg in enumerate(argv):

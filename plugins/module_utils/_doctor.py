@@ -19,7 +19,7 @@ import os
 import re
 import typing as t
 
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _catalog, _kernels, _pci, _runtime
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _catalog, _files, _kernels, _pci, _runtime
 from ansible_collections.gpuhost.nvidia.plugins.module_utils._common import version_tuple
 
 try:
@@ -69,16 +69,18 @@ def _join(root: str, path: str) -> str:
 
 
 def _read_text(path: str) -> str | None:
+    """The text of a configuration file; None when it is missing or is not a regular file that can be read. Read
+    through _files, which refuses a FIFO, socket or device before opening it (a FIFO would hang the module)."""
     try:
-        with open(path, "rb") as handle:
-            return handle.read().decode("utf-8", "replace")
-    except OSError:
+        data = _files.read_bytes(path, "path")
+    except (OSError, _files.FileError):
         return None
+    return None if data is None else data.decode("utf-8", "replace")
 
 
 def _file(root: str, path: str) -> dict[str, t.Any]:
     full = _join(root, path)
-    text = _read_text(full) if os.path.isfile(full) else None
+    text = _read_text(full)
     return {"path": path, "exists": text is not None, "text": text, "mtime": os.path.getmtime(full) if text is not None else None}
 
 
@@ -205,7 +207,7 @@ def check_driver_loaded(facts: dict[str, t.Any], host: dict[str, t.Any], params:
             driver.get("kernel_module_version") or driver.get("version") or "?", driver.get("kernel_module_type") or "type unknown", facts.get("state")))
     if not gpus and facts.get("gpus"):
         return check("driver_loaded", title, OK, "every NVIDIA GPU is meant for passthrough (%s); the nvidia module is not needed" % ", ".join(
-            g["pci_bus_id"] for g in facts["gpus"]))
+            str(g.get("pci_bus_id")) for g in facts["gpus"]))
     seen = "no NVIDIA GPU on the PCI bus" if not facts.get("present") else "%d NVIDIA GPU(s) on the PCI bus" % len(gpus)
     return check(
         "driver_loaded", title, FAIL,
@@ -241,7 +243,7 @@ def check_driver_flavour(facts: dict[str, t.Any], host: dict[str, t.Any], params
 
 def check_nouveau(facts: dict[str, t.Any], host: dict[str, t.Any], params: dict[str, t.Any]) -> dict[str, str]:
     title = "nouveau not loaded"
-    bound = [g["pci_bus_id"] for g in facts.get("gpus") or [] if g.get("bound_driver") == "nouveau"]
+    bound = [str(g.get("pci_bus_id")) for g in facts.get("gpus") or [] if g.get("bound_driver") == "nouveau"]
     if host["nouveau_loaded"] or bound:
         evidence = "nouveau is loaded (/sys/module/nouveau)" if host["nouveau_loaded"] else "nouveau is not loaded"
         if bound:
@@ -273,14 +275,14 @@ def check_boot_kernel(facts: dict[str, t.Any], host: dict[str, t.Any], params: d
     title = "the kernel booted next has an nvidia module"
     kernels = host.get("kernels") or {}
     installed = kernels.get("installed") or []
-    with_module = [k["release"] for k in installed if k.get("nvidia_module")]
+    with_module = [str(k.get("release")) for k in installed if k.get("nvidia_module")]
     if not _nvidia_gpus(facts, params["vfio_devices"]):
         return check("boot_kernel", title, OK, "no GPU is meant for the nvidia driver; no module is needed")
     if not installed:
         return check("boot_kernel", title, OK, "no installed kernel found under /lib/modules (a container?): nothing to check")
     if not with_module:
         return check("boot_kernel", title, OK, "no installed kernel has an nvidia module yet (%s): the driver_loaded check covers a "
-                     "driver that is not installed" % ", ".join(k["release"] for k in installed))
+                     "driver that is not installed" % ", ".join(str(k.get("release")) for k in installed))
     problem = _kernels.boot_problem(kernels)
     if problem:
         return check("boot_kernel", title, FAIL, problem + "; after a reboot the driver will not load", _kernels.boot_fix(kernels))
@@ -506,9 +508,9 @@ def check_bindings(facts: dict[str, t.Any], host: dict[str, t.Any], params: dict
         bound = gpu.get("bound_driver")
         if _listed(gpu, wanted):
             if bound != "vfio-pci":
-                wrong.append("%s is bound to %s, meant for vfio-pci" % (gpu["pci_bus_id"], bound or "no driver"))
+                wrong.append("%s is bound to %s, meant for vfio-pci" % (gpu.get("pci_bus_id"), bound or "no driver"))
         elif bound not in ("nvidia",):
-            wrong.append("%s is bound to %s, meant for nvidia" % (gpu["pci_bus_id"], bound or "no driver"))
+            wrong.append("%s is bound to %s, meant for nvidia" % (gpu.get("pci_bus_id"), bound or "no driver"))
     if wrong:
         return check("bindings", title, FAIL, "; ".join(wrong),
                      "Bind passthrough GPUs with role gpuhost.nvidia.vfio_passthrough (vfio-pci ids / addresses, initramfs, "
@@ -516,7 +518,7 @@ def check_bindings(facts: dict[str, t.Any], host: dict[str, t.Any], params: dict
     gpus = facts.get("gpus") or []
     if not gpus:
         return check("bindings", title, OK, "no NVIDIA GPU on the PCI bus")
-    return check("bindings", title, OK, ", ".join("%s:%s" % (g["pci_bus_id"], g.get("bound_driver")) for g in gpus))
+    return check("bindings", title, OK, ", ".join("%s:%s" % (g.get("pci_bus_id"), g.get("bound_driver")) for g in gpus))
 
 
 def _health(gpu: dict[str, t.Any], key: str) -> t.Any:

@@ -85,6 +85,11 @@ def _tristate(value: t.Any) -> str:
     return {"yes": "true", "no": "false", "on": "true", "off": "false"}.get(text, text)
 
 
+def is_driver_version(value: t.Any) -> bool:
+    """Whether ``value`` is an upstream driver version string (``580.65.06``, ``535.104``)."""
+    return isinstance(value, str) and _VERSION_RE.fullmatch(value) is not None
+
+
 def parse_branch(value: t.Any) -> int | None:
     """``580``, ``"580"`` or ``"580.65.06"`` -> 580; None for empty or unparsable values."""
     if value is None or value == "" or isinstance(value, bool):

@@ -74,3 +74,105 @@ def empty_gpu_record(index: int | None) -> dict[str, t.Any]:
         "message": None,
         "source": None,
     }
+
+
+# The type of each key of ``ansible_facts.nvidia_gpu`` that a reader computes with, as nvidia_gpu_facts' RETURN block
+# documents it (a unit test holds the two together). ``(dict, {...})``: a dict with these keys; ``(list, x)``: a list
+# of x. A key that is missing or null is not checked: every reader already treats those as unknown.
+_NUMBER = "number"
+_COUNT = "count"
+_FLAGS = (dict, {"current": bool, "pending": bool})
+GPU_SCHEMA: dict[str, t.Any] = {
+    "index": _COUNT, "uuid": str, "name": str, "pci_bus_id": str, "pci_device_id": str, "architecture": str,
+    "compute_capability": str, "memory_total_mib": _COUNT, "persistence_mode": bool, "compute_mode": str,
+    "power_limit_w": _NUMBER, "power_limit_min_w": _NUMBER, "power_limit_max_w": _NUMBER, "ecc": _FLAGS, "mig": _FLAGS,
+    "mig_devices": (list, (dict, {"uuid": str, "gi": _COUNT, "ci": _COUNT, "profile": str, "memory_mib": _COUNT})),
+    "bound_driver": str, "iommu_group": _COUNT, "numa_node": int, "state": str, "message": str, "source": str,
+    "utilization": (dict, {"gpu": _COUNT, "memory": _COUNT}), "temperature_c": int, "power_draw_w": _NUMBER,
+    "processes": (list, (dict, {"pid": _COUNT, "type": str, "name": str, "used_memory_mib": _COUNT, "gpu_instance_id": _COUNT,
+                                "compute_instance_id": _COUNT})),
+    "topology": (dict, {"nvlink_active_links": _COUNT, "peers": (list, (dict, {"index": _COUNT, "pci_bus_id": str, "link": str}))}),
+    "health": (dict, {"throttle_reasons": (list, str), "pcie": (dict, {}), "ecc_errors": (dict, {}), "retired_pages": (dict, {}),
+                      "remapped_rows": (dict, {})}),
+}
+FACTS_SCHEMA: dict[str, t.Any] = {
+    "present": bool, "source": str, "state": str, "messages": (list, str),
+    "driver": (dict, {"version": str, "branch": str, "cuda_version": str, "kernel_module_type": str, "kernel_module_loaded": bool,
+                      "kernel_module_version": str, "nvml_version": str, "library_version": str,
+                      "library_paths": (dict, {"nvml": str, "cuda": str})}),
+    "gpus": (list, (dict, GPU_SCHEMA)),
+    "pci_functions": (list, (dict, {"pci_bus_id": str, "pci_device_id": str, "subsystem_id": str, "class": str, "type": str,
+                                    "bound_driver": str, "iommu_group": _COUNT, "numa_node": int})),
+    "nvswitch_count": _COUNT,
+    "iommu": (dict, {"enabled": bool, "groups": (list, (dict, {"group": _COUNT, "functions": (list, (dict, {}))}))}),
+    "display_functions": (list, (dict, {})),
+    "device_nodes": (list, str),
+    "kernels": (dict, {"running": str, "boot": str, "boot_source": str, "installed": (list, (dict, {})), "without_module": (list, str),
+                       "dkms": (list, (dict, {}))}),
+    "reboot_required": bool, "reboot_reasons": (list, str),
+}
+# Far above any GPU count, MiB of memory, PID or watt reading; a bigger number is not a reading.
+MAX_NUMBER = 2 ** 53
+_SHOWN = 60
+
+
+def _shown(value: t.Any) -> str:
+    text = repr(value)
+    return text if len(text) <= _SHOWN else text[:_SHOWN - 3] + "..."
+
+
+def _problem(value: t.Any, kind: t.Any) -> str | None:
+    """Why ``value`` is not of ``kind``, in words; None when it is."""
+    if kind is _COUNT or kind is int:
+        low = 0 if kind is _COUNT else -1
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= MAX_NUMBER:
+            return "must be a whole number from %d to 2**53" % low
+    elif kind is _NUMBER:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not -MAX_NUMBER <= value <= MAX_NUMBER:
+            return "must be a finite number"  # NaN fails both comparisons
+    elif kind is bool:
+        if not isinstance(value, bool):
+            return "must be true or false"
+    elif kind is str:
+        if not isinstance(value, str):
+            return "must be a string"
+    elif isinstance(kind, tuple) and kind[0] is list:
+        if not isinstance(value, list):
+            return "must be a list"
+    elif isinstance(kind, tuple) and kind[0] is dict:
+        if not isinstance(value, t.Mapping):
+            return "must be a dict"
+    return None
+
+
+def _walk(value: t.Any, kind: t.Any, where: str, problems: list[str]) -> None:
+    problem = _problem(value, kind)
+    if problem is not None:
+        problems.append("%s %s, got %s %s" % (where, problem, type(value).__name__, _shown(value)))
+        return
+    if isinstance(kind, tuple) and kind[0] is list:
+        for index, item in enumerate(value):
+            _walk(item, kind[1], "%s[%d]" % (where, index), problems)
+    elif isinstance(kind, tuple) and kind[0] is dict:
+        for key, sub in kind[1].items():
+            if value.get(key) is not None:
+                _walk(value[key], sub, "%s.%s" % (where, key), problems)
+
+
+def facts_problems(facts: t.Any, where: str = "facts") -> list[str]:
+    """Every value of the GPU facts whose type is not the schema's, as ``facts.gpus[0].memory_total_mib must be a whole
+    number ..., got str 'x'``; empty for facts as nvidia_gpu_facts returns them. Keys the schema does not list, and
+    null values, are not checked."""
+    problems: list[str] = []
+    _walk(facts, (dict, FACTS_SCHEMA), where, problems)
+    return problems
+
+
+def facts_error(facts: t.Any, option: str = "facts") -> str | None:
+    """The message a module fails with when its ``option`` (the GPU facts it was given) holds a value of the wrong type;
+    None when the facts are usable. Checked before the host is read."""
+    problems = facts_problems(facts, option)
+    if not problems:
+        return None
+    shown = "; ".join(problems[:5]) + ("; and %d more" % (len(problems) - 5) if len(problems) > 5 else "")
+    return "%s: %s: pass ansible_facts.nvidia_gpu as gpuhost.nvidia.nvidia_gpu_facts returns it" % (option, shown)

@@ -178,7 +178,7 @@ def boot_problem(kernels: dict[str, t.Any] | None) -> str | None:
     entry = next((k for k in kernels.get("installed") or [] if k.get("release") == kernels["boot"]), None)
     if entry is None or entry.get("nvidia_module"):
         return None
-    others = [k["release"] for k in kernels.get("installed") or [] if k.get("nvidia_module")]
+    others = [str(k.get("release")) for k in kernels.get("installed") or [] if k.get("nvidia_module")]
     return "the host boots %s next (%s) and it has no nvidia module (kernels with one: %s)" % (
         kernels["boot"], kernels.get("boot_source") or "newest installed", ", ".join(others) or "none")
 

@@ -19,6 +19,7 @@ import os
 import re
 import typing as t
 
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _files
 from ansible_collections.gpuhost.nvidia.plugins.module_utils._common import format_device_id, normalize_bus_id
 
 NVIDIA_VENDOR = 0x10DE
@@ -260,7 +261,18 @@ def parse_proc_version(text: str | None) -> dict[str, str | None]:
     return result
 
 
+def _regular_file(path: str) -> bool:
+    """Whether ``path`` is a regular file (through a link); a FIFO, socket or device under the root is never opened,
+    since opening a FIFO blocks."""
+    try:
+        return _files.check_file(path, "root")
+    except _files.FileError:
+        return False
+
+
 def _module_license(path: str) -> str | None:
+    if not _regular_file(path):
+        return None
     try:
         if path.endswith(".xz"):
             with lzma.open(path, "rb") as handle:
@@ -342,8 +354,11 @@ def _resolve_in_root(root: str, path: str, depth: int = 0) -> str | None:
 
 def _ld_cache_paths(root: str, soname: str) -> list[str]:
     """Paths the ld.so cache (``/etc/ld.so.cache``) records for a soname: its string table holds full paths."""
+    cache = _join(root, "/etc/ld.so.cache")
+    if not _regular_file(cache):
+        return []
     try:
-        with open(_join(root, "/etc/ld.so.cache"), "rb") as handle:
+        with open(cache, "rb") as handle:
             data = handle.read()
     except OSError:
         return []

@@ -30,6 +30,8 @@ import re
 import typing as t
 import unicodedata
 
+from ansible.module_utils.basic import AnsibleModule
+
 # Characters a POSIX shell (and GRUB's script, and systemd's command-line parser) gives a meaning to. None of them
 # may reach a file that something later runs as shell; the rules that guard such files refuse every one of them.
 SHELL_METACHARACTERS = "$`\"'\\;&|<>(){}[]*?!#~^"
@@ -340,3 +342,47 @@ def one(rule: Rule, option: str, value: t.Any) -> str | None:
     """The error of one value, or None."""
     errors = rule.errors(option, value)
     return str(errors[0]) if errors else None
+
+
+def _not_finite(value: t.Any) -> bool:
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if isinstance(value, dict):
+        return any(_not_finite(item) for item in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_not_finite(item) for item in value)
+    return False
+
+
+def _shape_problem(spec: t.Mapping[str, t.Any], value: t.Any) -> str | None:
+    """What ansible-core's own checks trip over in an option's value: None when nothing."""
+    if value is None:
+        return None
+    if _not_finite(value):
+        return "holds a number that is not finite"
+    if spec.get("options") and spec.get("type") == "dict" and not isinstance(value, (dict, str)):
+        return "must be a dict, got %s" % type_name(value)
+    if spec.get("options") and spec.get("type") == "list" and spec.get("elements") == "dict":
+        if not isinstance(value, (list, tuple)):
+            return None if isinstance(value, (dict, str)) else "must be a list of dicts, got %s" % type_name(value)
+        bad = [item for item in value if not isinstance(item, (dict, str))]
+        if bad:
+            return "must be a list of dicts, and one item is %s" % show(bad[0])
+    return None
+
+
+def ansible_module(**kwargs: t.Any) -> AnsibleModule:
+    """``AnsibleModule(**kwargs)``, except that a value ansible-core's own option checks trip over fails the task naming
+    the option, where it would be a traceback for the user: an infinite number for an integer option
+    (``check_type_int`` raises OverflowError) and a scalar for a dict option with suboptions (a TypeError)."""
+    try:
+        return AnsibleModule(**kwargs)
+    except (OverflowError, TypeError, ValueError) as exc:
+        error = exc
+    # Every option as it came, so that fail_json can run; nothing of the request is used.
+    spec = kwargs["argument_spec"]
+    bare = AnsibleModule(argument_spec={name: {"type": "raw"} for name in spec}, supports_check_mode=kwargs.get("supports_check_mode", False))
+    problems = ["%s %s %s" % (name, show(bare.params.get(name)), problem) for name in sorted(spec)
+                for problem in [_shape_problem(spec[name], bare.params.get(name))] if problem]
+    bare.fail_json(msg="; ".join(problems) or "an option has a value the module cannot take: %s" % error, errors=problems)
+    raise AssertionError("fail_json returned")  # pragma: no cover

@@ -19,6 +19,7 @@ import re
 import shlex
 import typing as t
 
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _gpu_schema
 from ansible_collections.gpuhost.nvidia.plugins.module_utils._common import normalize_bus_id
 from ansible_collections.gpuhost.nvidia.plugins.module_utils._validate import SHELL_VARIABLE_RE, KernelArgument, InputError
 
@@ -88,7 +89,7 @@ def select_targets(
             continue
         function = by_address.get(address)
         if function is None:
-            known = ", ".join(f.get("pci_bus_id") for f in gpu_functions) or "none"
+            known = ", ".join(str(f.get("pci_bus_id")) for f in gpu_functions) or "none"
             errors.append("vfio_passthrough_pci_addresses: %s is not an NVIDIA PCI function on this host (NVIDIA GPUs: %s)" % (address, known))
         elif function.get("type") != "gpu":
             errors.append(
@@ -105,7 +106,7 @@ def select_targets(
             continue
         matches = [f.get("pci_bus_id") for f in gpu_functions if f.get("pci_device_id") == text]
         if not matches:
-            present = ", ".join(sorted({f.get("pci_device_id") for f in gpu_functions})) or "none"
+            present = ", ".join(sorted({str(f.get("pci_device_id")) for f in gpu_functions})) or "none"
             errors.append("vfio_passthrough_device_ids: %s matches no NVIDIA GPU on this host (GPU ids present: %s)" % (text, present))
         for address in matches:
             if address not in chosen:
@@ -177,7 +178,7 @@ def check_console(facts: t.Mapping[str, t.Any], targets: list[str], allow: bool)
         if others:
             warnings.append(
                 "%s drives the boot console; after passthrough the console is on %s only if the firmware picks it"
-                % (address, ", ".join(d.get("pci_bus_id") for d in others))
+                % (address, ", ".join(str(d.get("pci_bus_id")) for d in others))
             )
         elif allow:
             warnings.append("%s is the host's only display device and drives the console: the host console goes dark (allowed by "
@@ -274,6 +275,60 @@ def proxmox_hostpci(gpus: list[str], options: t.Mapping[str, t.Any]) -> list[str
     return lines
 
 
+_FLAG = "true or false"
+_TEXT = "a string"
+_TEXTS = "a list of strings"
+# The type of each request key the planner reads: a wrong one is an error of the plan, not a traceback.
+_REQUEST_TYPES = {"state": _TEXT, "pci_addresses": _TEXTS, "device_ids": _TEXTS, "iommu_passthrough_mode": _FLAG,
+                  "kernel_ids": _FLAG, "allow_console_gpu": _FLAG, "cpu_vendor": _TEXT}
+_PROXMOX_KEYS = ("pcie", "rombar", "x_vga")
+
+
+def _type_problem(value: t.Any, kind: str) -> bool:
+    if kind == _FLAG:
+        return not isinstance(value, bool)
+    if kind == _TEXT:
+        return not isinstance(value, str)
+    texts = [value] if isinstance(value, str) else value
+    return not isinstance(texts, (list, tuple)) or not all(isinstance(item, str) for item in texts)
+
+
+def input_problems(request: t.Mapping[str, t.Any], facts: t.Mapping[str, t.Any], host: t.Mapping[str, t.Any]) -> list[str]:
+    """Every request, facts or host value of the wrong type, named; the plan stops on any of them (it cannot tell what
+    such a value was meant to select, so it selects nothing)."""
+    problems = ["vfio_passthrough request %s must be %s, got %r" % (key, kind, request[key])
+                for key, kind in _REQUEST_TYPES.items() if request.get(key) is not None and _type_problem(request[key], kind)]
+    proxmox = request.get("proxmox")
+    if proxmox is not None and not isinstance(proxmox, t.Mapping):
+        problems.append("vfio_passthrough request proxmox must be a dict of %s (each true or false), got %r" % (", ".join(_PROXMOX_KEYS), proxmox))
+    elif proxmox is not None:
+        problems += ["vfio_passthrough request proxmox.%s must be true or false, got %r" % (key, proxmox[key])
+                     for key in _PROXMOX_KEYS if proxmox.get(key) is not None and not isinstance(proxmox[key], bool)]
+    others = request.get("other_roles")
+    if others is not None and not isinstance(others, t.Mapping):
+        problems.append("vfio_passthrough request other_roles must be a dict, got %r" % (others,))
+    elif others is not None:
+        driver = others.get("nvidia_driver")
+        if driver is not None and not isinstance(driver, t.Mapping):
+            problems.append("vfio_passthrough request other_roles.nvidia_driver must be a dict or null, got %r" % (driver,))
+        elif driver is not None and driver.get("passthrough_pci_addresses") is not None and _type_problem(driver["passthrough_pci_addresses"], _TEXTS):
+            problems.append("vfio_passthrough request other_roles.nvidia_driver.passthrough_pci_addresses must be a list of strings, got %r"
+                            % (driver["passthrough_pci_addresses"],))
+        selectors = others.get("gpu_settings_gpus")
+        if selectors is not None and not isinstance(selectors, (str, int, list, tuple)):
+            problems.append("vfio_passthrough request other_roles.gpu_settings_gpus must be a list, got %r" % (selectors,))
+    problems += _gpu_schema.facts_problems(facts, "vfio_passthrough facts")
+    if not problems:
+        # A function without its address cannot be told apart from the others in its IOMMU group.
+        problems += ["vfio_passthrough facts.pci_functions[%d] has no pci_bus_id" % index
+                     for index, function in enumerate(facts.get("pci_functions") or []) if not function.get("pci_bus_id")]
+    if host.get("proc_cmdline") is not None and not isinstance(host["proc_cmdline"], str):
+        problems.append("vfio_passthrough host proc_cmdline must be a string, got %r" % (host["proc_cmdline"],))
+    if host.get("processor") is not None and not isinstance(host["processor"], (str, list, tuple)):
+        problems.append("vfio_passthrough host processor must be a list (ansible_facts.processor), got %r" % (host["processor"],))
+    return problems
+
+
 def plan(request: t.Mapping[str, t.Any], facts: t.Mapping[str, t.Any], host: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
     """Everything the role does, and every reason to stop before changing anything (``errors``).
 
@@ -281,6 +336,7 @@ def plan(request: t.Mapping[str, t.Any], facts: t.Mapping[str, t.Any], host: t.M
         (auto, intel, amd, none), proxmox ({pcie, rombar, x_vga}), other_roles.
     host: processor (ansible_facts.processor), proc_cmdline (the running kernel's command line).
     """
+    problems = input_problems(request, facts, host)
     state = request.get("state") or "present"
     result: dict[str, t.Any] = {
         "state": state,
@@ -296,6 +352,9 @@ def plan(request: t.Mapping[str, t.Any], facts: t.Mapping[str, t.Any], host: t.M
         "proxmox_hostpci": [],
         "unbound": [],
     }
+    if problems:
+        result["errors"] = problems
+        return result
     if state not in ("present", "absent"):
         result["errors"].append("vfio_passthrough_state must be present or absent, got %r" % state)
         return result

@@ -350,7 +350,7 @@ import typing as t
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible.module_utils.common.text.converters import to_bytes, to_text
 
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _compose, _files, _validate
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _compose, _files, _gpu_schema, _validate
 
 SERVICE_SPEC: dict[str, t.Any] = dict(
     name=dict(type="str", required=True),
@@ -470,7 +470,7 @@ def absent(module: AnsibleModule, path: str, record_path: str) -> None:
 
 
 def main() -> None:
-    module = AnsibleModule(
+    module = _validate.ansible_module(
         argument_spec=dict(
             path=dict(type="path", required=True),
             services=dict(type="list", elements="dict", required=True, options=SERVICE_SPEC),
@@ -495,6 +495,9 @@ def main() -> None:
     params = module.params
     # mode, owner and group too: AnsibleModule applies them only after the file is written.
     errors = _validate.check(params, RULES) + _files.file_args_errors(params)
+    facts_error = _gpu_schema.facts_error(params["facts"]) if params["facts"] is not None else None
+    if facts_error:
+        errors.append(facts_error)
     if errors:
         module.fail_json(msg="; ".join(errors), errors=errors)
     path = os.path.abspath(params["path"])

@@ -44,7 +44,8 @@ attributes:
 options:
   docker_host:
     description:
-      - The engine's API address, C(unix://), C(tcp://), C(ssh://), C(http://) or C(https://).
+      - The engine's API address, C(unix://) with an absolute socket path, or C(tcp://), C(ssh://), C(http://) or
+        C(https://) with a host and an optional port from 1 to 65535, and nothing after them.
       - Every option is checked before the engine is asked anything; a bad value fails the task, naming the option
         and the value.
     type: str
@@ -176,10 +177,11 @@ expected_uuids:
 import re
 import traceback
 import typing as t
+from urllib.parse import urlsplit
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.basic import missing_required_lib
 
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _validate, _verify
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _gpu_schema, _validate, _verify
 
 try:
     import docker
@@ -205,7 +207,40 @@ def _version(text: str) -> tuple[int, ...]:
 
 
 # Checked before the engine is asked anything.
-_DOCKER_HOST_RE = re.compile(r"^(unix|tcp|ssh|http|https)://[A-Za-z0-9_.:/@%\[\]~+-]+$")
+_DOCKER_HOST_RE = re.compile(r"(unix|tcp|ssh|http|https)://[A-Za-z0-9_.:/@%\[\]~+-]+")
+_HOST_NAME_RE = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_.-]{0,252})|\[[0-9A-Fa-f:.]{2,45}\]")
+# What the SDK raises when the engine cannot be reached or answers nonsense: its own errors, requests' (OSErrors) and
+# urllib3's address errors (ValueErrors). Each ends the check with a reason, never a traceback.
+ENGINE_ERRORS: tuple[type[BaseException], ...] = (OSError, ValueError)
+
+
+def docker_host_problem(address: str) -> str | None:
+    """Why ``address`` (already of _DOCKER_HOST_RE's characters) is not an engine address; None when it is.
+
+    unix:// takes an absolute socket path; tcp://, http://, https:// and ssh:// take a host, and a port from 1 to 65535
+    when one is given.
+    """
+    scheme, _sep, rest = address.partition("://")
+    if scheme == "unix":
+        return None if rest.startswith("/") and "//" not in rest[1:] else "unix:// takes an absolute socket path, as in unix:///var/run/docker.sock"
+    try:
+        parts = urlsplit(address)
+        port = parts.port
+    except ValueError as exc:
+        return "is not a valid address: %s" % exc
+    host = parts.hostname or ""
+    netloc_host = parts.netloc.rsplit("@", 1)[-1]
+    if not host or not _HOST_NAME_RE.fullmatch(netloc_host.rsplit(":", 1)[0] if not netloc_host.startswith("[") else netloc_host.split("]")[0] + "]"):
+        return "names no host: give %s://HOST:PORT" % scheme
+    if port is not None and not 1 <= port <= 65535:
+        return "has port %d; a port is from 1 to 65535" % port
+    if netloc_host.endswith(":"):
+        return "has an empty port after the colon"
+    if parts.path not in ("", "/") or parts.query or parts.fragment:
+        return "has a path, query or fragment after the host; give %s://HOST:PORT" % scheme
+    return None
+
+
 _IMAGE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]*$")
 _DEVICE_ID_RE = re.compile(r"^(\d{1,2}|GPU-[0-9a-fA-F-]{36}|MIG-[A-Za-z0-9/-]{1,80})$")
 RULES: dict[str, _validate.Rule] = {
@@ -244,18 +279,18 @@ def run_container(client: t.Any, image: str, command: list[str], options: dict[s
         code = status.get("StatusCode") if isinstance(status, dict) else status
         output = container.logs(stdout=True, stderr=True).decode("utf-8", "replace")
         return code, output, None
-    except docker_errors.APIError as exc:
+    except (docker_errors.DockerException,) + ENGINE_ERRORS as exc:
         return None, "", str(getattr(exc, "explanation", None) or exc)
     finally:
         if container is not None:
             try:
                 container.remove(force=True)
-            except docker_errors.APIError:
+            except (docker_errors.DockerException,) + ENGINE_ERRORS:
                 pass
 
 
 def main() -> None:
-    module = AnsibleModule(
+    module = _validate.ansible_module(
         argument_spec=dict(
             docker_host=dict(type="str", default="unix:///var/run/docker.sock"),
             timeout=dict(type="int", default=60),
@@ -272,6 +307,13 @@ def main() -> None:
         supports_check_mode=True,
     )
     errors = _validate.check(module.params, RULES)
+    if not errors:
+        problem = docker_host_problem(module.params["docker_host"])
+        if problem is not None:
+            errors.append("docker_host %r %s" % (module.params["docker_host"], problem))
+    facts_error = _gpu_schema.facts_error(module.params["facts"])
+    if facts_error:
+        errors.append(facts_error)
     if errors:
         module.fail_json(msg="; ".join(errors), errors=errors)
     if not HAS_DOCKER:
@@ -294,7 +336,7 @@ def main() -> None:
     try:
         client = docker.DockerClient(base_url=params["docker_host"], timeout=params["timeout"], version="auto")
         info = client.info()
-    except docker_errors.DockerException as exc:
+    except (docker_errors.DockerException,) + ENGINE_ERRORS as exc:
         finish("cannot reach the engine at %s: %s" % (params["docker_host"], exc))
     result["engine"] = engine = _verify.engine_summary(info, params["runtime_name"])
 
@@ -320,10 +362,10 @@ def main() -> None:
             module.exit_json(**result)
         try:
             client.images.pull(image)
-        except docker_errors.APIError as exc:
+        except (docker_errors.DockerException,) + ENGINE_ERRORS as exc:
             finish("the image %s is not present and pulling it failed: %s" % (image, getattr(exc, "explanation", None) or exc))
         result["image_pulled"] = True
-    except docker_errors.APIError as exc:
+    except (docker_errors.DockerException,) + ENGINE_ERRORS as exc:
         finish("the engine could not inspect the image %s: %s" % (image, getattr(exc, "explanation", None) or exc))
 
     options = _verify.container_options(mode, params["device_ids"], params["runtime_name"], params["cdi_kind"])

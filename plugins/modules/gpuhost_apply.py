@@ -14,7 +14,11 @@ description:
     remote call, two for C(template) and C(copy) - in one call. The roles of this collection use it for the files and
     units they manage.
   - Every path, mode, owner, group and unit name is checked before anything is read; all the problems are reported
-    together.
+    together. Then, still before anything is written, the host is asked about each of them - each path of O(directories),
+    O(files) and O(absent) (a FIFO, socket or device, a directory where a file goes, a dangling link or a path under a
+    file is refused without being opened), each file's directory (it must exist or be in O(directories)), and each
+    owner and group (it must exist on the host, or be a numeric id). One bad item refuses the whole call, in check mode
+    too, and nothing is written.
   - "The order: O(directories) (created with their parents, then owner, group and mode set); O(files) (written
     atomically through a temporary file, only when the bytes differ, then owner, group and mode set); one
     C(systemctl daemon-reload) when a written file is a unit file or drop-in (under C(/etc/systemd/),
@@ -70,14 +74,17 @@ options:
         description: A group name or id.
         type: str
       mode:
-        description: An octal mode string such as V('0755').
-        type: str
+        description:
+          - An octal mode string such as V('0755'). A number is refused, with the fix - YAML reads an unquoted V(0755) as
+            the number 493 and an unquoted V(755) as 755, and the two are different modes; quote the mode.
+        type: raw
   files:
     description:
       - Files to write. The content is rendered on the controller, for example with
         C(lookup('ansible.builtin.template', ...)) or C(lookup('ansible.builtin.file', ...)).
-      - The file's directory must exist, or be in O(directories). In check mode a missing directory is taken as made by
-        an earlier task of the run that only pretended, and the file is reported as written.
+      - The file's directory must exist, or be in O(directories); otherwise the call fails before it writes anything. In
+        check mode a missing directory is taken as made by an earlier task of the run that only pretended, the file is
+        reported as written, and RV(notes) says that the real run fails unless that task creates it.
     type: list
     elements: dict
     default: []
@@ -97,8 +104,10 @@ options:
         description: A group name or id.
         type: str
       mode:
-        description: An octal mode string such as V('0644').
-        type: str
+        description:
+          - An octal mode string such as V('0644'). A number is refused, with the fix - YAML reads an unquoted V(0644) as
+            the number 420 and an unquoted V(644) as 644, and the two are different modes; quote the mode.
+        type: raw
       backup:
         description: Keep a timestamped copy of the file before it is replaced (RV(backups)).
         type: bool
@@ -349,16 +358,19 @@ backups:
   sample: {"/etc/gpuhost/gpu_settings.json": "/etc/gpuhost/gpu_settings.json.12345.2026-11-24@12:00:00~"}
 """
 
+import grp
 import os
+import pwd
 import typing as t
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_bytes
 
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _apply, _apt, _converged, _files
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _apply, _apt, _converged, _files, _validate
 
 C_ENV = {"LC_ALL": "C", "LANGUAGE": "C"}
-ATTRS = dict(owner=dict(type="str"), group=dict(type="str"), mode=dict(type="str"))
+# mode is raw so that an unquoted YAML mode (a number) is seen, and refused, rather than turned into its decimal digits.
+ATTRS = dict(owner=dict(type="str"), group=dict(type="str"), mode=dict(type="raw"))
 
 
 class Applier:
@@ -491,14 +503,89 @@ def holds(unit: t.Mapping[str, t.Any], key: str, exists: t.Mapping[str, bool]) -
     return not unit.get(key) or exists[unit[key]]
 
 
-def check(module: AnsibleModule) -> None:
+def check(module: AnsibleModule) -> list[str]:
+    """Refuse the whole request, every problem at once, before anything is written: first what the request says
+    (nothing read), then what the host says about each path, parent, owner and group (read only). Returns the notes
+    of check mode (a directory that is missing now but that an earlier task of the run only pretended to create)."""
     params = module.params
     problems = _apply.check_request(params["directories"], params["files"], params["absent"], params["units"], params["packages"],
                                     params["regenerate"])
     if params["gpu_facts"] != "never":
         problems += _facts().root_errors(params["gpu_facts_root"], "gpu_facts_root")
+    # The host is asked about the items the request check passed, so that every problem is reported in one go.
+    found, notes = preflight(params, module.check_mode)
+    problems += found
     if problems:
-        module.fail_json(msg="gpuhost_apply: %s" % "; ".join(problems), problems=problems)
+        module.fail_json(msg="gpuhost_apply: %s" % "; ".join(problems), problems=problems, changed_files=[], removed=[])
+    return notes
+
+
+def _account_problem(where: str, key: str, name: str | None) -> str | None:
+    """Why the owner or group ``name`` cannot be set on this host; None when it can (or is not asked for)."""
+    if name is None or name.isdigit():
+        return None
+    try:
+        (pwd.getpwnam if key == "owner" else grp.getgrnam)(name)
+    except KeyError:
+        return "%s: %s %r is not a %s on this host: create it first, or give its numeric id" % (
+            where, key, name, "user" if key == "owner" else "group")
+    return None
+
+
+def preflight(params: t.Mapping[str, t.Any], check_mode: bool) -> tuple[list[str], list[str]]:
+    """Every path, parent, owner and group of the request checked against the host; nothing is written.
+
+    A path where something else is (a directory where a file goes, a FIFO, a socket or a device, a dangling link, a
+    path under a file) is refused by _files before anything opens it. A file's directory must exist or be in
+    ``directories`` (or be a parent one of them creates); in check mode a missing one is a note instead, since an
+    earlier task of the same run may only have pretended to create it.
+    """
+    problems: list[str] = []
+    notes: list[str] = []
+    made: set[str] = set()  # directories this call creates, with their missing parents
+    for index, item in enumerate(params["directories"]):
+        where = "directories[%d]" % index
+        if _apply.path_problem(item["path"]) is not None:
+            continue
+        try:
+            if not _files.check_directory(item["path"], where):
+                path = item["path"]
+                while path not in made and not os.path.isdir(path):
+                    made.add(path)
+                    path = os.path.dirname(path)
+        except _files.FileError as exc:
+            problems.append(str(exc))
+    for index, item in enumerate(params["files"]):
+        where = "files[%d]" % index
+        if _apply.path_problem(item["path"]) is not None:
+            continue
+        directory = os.path.dirname(item["path"])
+        try:
+            _files.check_file(item["path"], where)
+            if directory not in made and not _files.check_directory(directory, where):
+                message = "%s: path %r: its directory %r does not exist and is not in directories" % (where, item["path"], directory)
+                if check_mode:
+                    notes.append("check mode: %s; the real run fails unless an earlier task creates it" % message)
+                else:
+                    problems.append(message + ": add it to directories")
+        except _files.FileError as exc:
+            problems.append(str(exc))
+    for index, path in enumerate(params["absent"]):
+        where = "absent[%d]" % index
+        if _apply.path_problem(path) is not None:
+            continue
+        try:
+            if not os.path.isdir(path) or os.path.islink(path):
+                _files.check_file(path, where)  # a file, or a link to one; a FIFO, socket or device is refused
+        except _files.FileError as exc:
+            problems.append(str(exc))
+    for kind in ("directories", "files"):
+        for index, item in enumerate(params[kind]):
+            for key in ("owner", "group"):
+                problem = None if _apply.account_problem(item.get(key)) else _account_problem("%s[%d]" % (kind, index), key, item.get(key))
+                if problem is not None:
+                    problems.append(problem)
+    return problems, notes
 
 
 def _facts() -> t.Any:
@@ -548,7 +635,7 @@ def switch_units(run: Applier, units: list[dict[str, t.Any]], states: dict[str, 
 
 
 def main() -> None:
-    module = AnsibleModule(
+    module = _validate.ansible_module(
         argument_spec=dict(
             directories=dict(type="list", elements="dict", default=[], options=dict(path=dict(type="str", required=True), **ATTRS)),
             files=dict(type="list", elements="dict", default=[], options=dict(
@@ -571,7 +658,7 @@ def main() -> None:
         ),
         supports_check_mode=True,
     )
-    check(module)
+    check_notes = check(module)
     params = module.params
     run = Applier(module)
     units = params["units"]
@@ -622,7 +709,7 @@ def main() -> None:
     changed = bool(run.changed_files or run.removed or changed_units or regenerated or (packages or {}).get("changed"))
     gathered = _apply.gpu_facts_due(params["gpu_facts"], packages)
     result: dict[str, t.Any] = dict(changed=changed, changed_files=run.changed_files, removed=run.removed, changed_units=changed_units,
-                                    units=states, missing_units=missing, notes=notes, daemon_reloaded=reloaded, backups=run.backups,
+                                    units=states, missing_units=missing, notes=check_notes + notes, daemon_reloaded=reloaded, backups=run.backups,
                                     packages=packages or {}, regenerated=regenerated, gpu_facts_gathered=gathered, diff=run.diffs)
     if gathered:
         # Last: the host as this call left it (the packages installed, the initramfs regenerated).

@@ -369,7 +369,7 @@ import typing as t
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_text
 
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _converged, _files
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _converged, _files, _validate
 
 C_ENV = {"LC_ALL": "C", "LANGUAGE": "C"}
 
@@ -539,7 +539,7 @@ def host_facts_collector() -> t.Any:
 
 
 def main() -> None:
-    module = AnsibleModule(
+    module = _validate.ansible_module(
         # A record's options (RECORD_SPEC, as O(records) takes them), with the module's own state and path.
         argument_spec=dict(
             RECORD_SPEC,

@@ -210,7 +210,7 @@ import typing as t
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_text
 
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _files, _toolkit, _validate
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _files, _gpu_schema, _toolkit, _validate
 
 ENV_C = {"LC_ALL": "C", "LANGUAGE": "C"}
 INSTALL_HINT = (
@@ -306,6 +306,9 @@ def main() -> None:
     )
     p = module.params
     errors = _validate.check(p, RULES if p["dir"] != AUTO else {k: v for k, v in RULES.items() if k != "dir"})
+    facts_error = _gpu_schema.facts_error(p["facts"]) if p["facts"] is not None else None
+    if facts_error:
+        errors.append(facts_error)
     if errors:
         module.fail_json(msg="; ".join(errors), errors=errors)
     # Where the spec goes: dir=auto asks whether the toolkit's refresh units are installed (a masked unit, a link to

@@ -406,7 +406,7 @@ def plan_absent(module: AnsibleModule, path: str, record: dict[str, dict[str, t.
 
 
 def main() -> None:
-    module = AnsibleModule(
+    module = _validate.ansible_module(
         argument_spec=dict(
             runtime=dict(type="str", required=True, choices=list(_runtime.RUNTIMES)),
             path=dict(type="path"),

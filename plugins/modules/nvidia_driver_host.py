@@ -211,7 +211,7 @@ import typing as t
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_text
 
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _driver
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _driver, _files
 
 C_ENV = {"LC_ALL": "C", "LANGUAGE": "C"}
 
@@ -275,10 +275,13 @@ def repo_files(directories: list[str], mentions: list[str], exclude: list[str]) 
             try:
                 if not stat.S_ISREG(os.lstat(path).st_mode):
                     continue
-                with open(path, "rb") as handle:
-                    text = to_text(handle.read(), errors="surrogate_or_replace")
-            except OSError:
+                # Through _files: a FIFO swapped in after the lstat is refused, not opened (it would hang the module).
+                data = _files.read_bytes(path, "repo_dirs")
+            except (OSError, _files.FileError):
                 continue
+            if data is None:
+                continue
+            text = to_text(data, errors="surrogate_or_replace")
             if _driver.mentions_any(text, mentions):
                 found.append(path)
     return sorted(found)
@@ -302,6 +305,12 @@ def main() -> None:
         supports_check_mode=True,
     )
     params = module.params
+    paths = [(name, value) for name in ("mokutil", "headers_dir") for value in [params[name]] if value is not None]
+    paths += [(name, value) for name in ("runfile_markers", "repo_dirs") for value in params[name]]
+    bad = ["%s %r holds a NUL or line-break character; give a plain absolute path" % (name, value) for name, value in paths
+           if any(c in value for c in "\x00\n\r")]
+    if bad:
+        module.fail_json(msg="; ".join(bad), errors=bad)
     pkg_mgr = params["package_manager"] or ""
 
     # Existence as ansible.builtin.stat reports it (a symbolic link counts, followed or not).

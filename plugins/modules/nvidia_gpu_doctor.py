@@ -204,9 +204,7 @@ markdown:
 import socket
 import typing as t
 
-from ansible.module_utils.basic import AnsibleModule
-
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _doctor, _facts, _validate
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _doctor, _facts, _gpu_schema, _validate
 
 # Checked before anything is read from the host.
 RULES: dict[str, _validate.Rule] = {
@@ -226,7 +224,7 @@ RULES: dict[str, _validate.Rule] = {
 
 
 def main() -> None:
-    module = AnsibleModule(
+    module = _validate.ansible_module(
         argument_spec=dict(
             facts=dict(type="dict"),
             required_cuda=dict(type="str"),
@@ -246,6 +244,9 @@ def main() -> None:
     )
     params = module.params
     errors = _validate.check(params, RULES) or _facts.root_errors(params["root"])
+    facts_error = _gpu_schema.facts_error(params["facts"]) if params["facts"] is not None else None
+    if facts_error:
+        errors.append(facts_error)
     if errors:
         module.fail_json(msg="; ".join(errors), errors=errors)
     unknown = sorted(set(params["skip"]) - set(_doctor.CHECK_IDS))

@@ -307,7 +307,7 @@ import typing as t
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _files, _settings, _settings_apply
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _files, _settings, _settings_apply, _validate
 from ansible_collections.gpuhost.nvidia.plugins.module_utils._common import STATE_NO_GPU, STATE_OK
 
 
@@ -358,7 +358,7 @@ def _apply(
 
 
 def main() -> None:
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+    module = _validate.ansible_module(argument_spec=argument_spec(), supports_check_mode=True)
     params = module.params
     # Everything that can be checked without a GPU is checked first: a bad value is bad on every host.
     errors = _settings.check_params(params)

@@ -369,9 +369,13 @@ def test_nvidia_ctk_that_cannot_run_is_refused(run_module, host, kind):
 
 @pytest.mark.parametrize("facts", [{"gpus": "x"}, {"gpus": [1, "a", None]}, {"driver": "x", "gpus": [{"index": 0, "mig": "on",
                                                                                                       "mig_devices": "x"}]}])
-def test_cdi_odd_facts_do_not_crash(run_module, host, facts):
-    result = cdi(run_module, host, facts=facts, nvidia_ctk=host["ctk"], check_mode=True)
-    assert result.get("failed") is not True and result["generated"] is True
+@pytest.mark.parametrize("check_mode", [True, False])
+def test_cdi_odd_facts_are_refused_by_name_before_anything_runs(run_module, host, facts, check_mode):
+    # Facts of the wrong type are named under the facts option (#37), in check mode too, before nvidia-ctk runs.
+    before = hostile.snapshot(host["root"])
+    result = cdi(run_module, host, facts=facts, nvidia_ctk=host["ctk"], check_mode=check_mode)
+    assert result.get("failed") is True and result["msg"].startswith("facts: facts.") and "Traceback" not in result["msg"], result
+    assert hostile.snapshot(host["root"]) == before
 
 
 @pytest.mark.parametrize("key, value", [
