@@ -252,8 +252,12 @@ def report_html(report: dict[str, t.Any], title: str = "GPU fleet report") -> st
 def file_sd(targets: t.Iterable[dict[str, t.Any]]) -> list[dict[str, t.Any]]:
     """Prometheus file_sd entries: one per exporter target, labelled from the host's GPU facts.
 
-    Each target is ``{host, address, port, kind, facts}``. Labels: ``host`` (the inventory name), ``exporter``,
-    ``gpu_model`` (the models, comma-separated), ``gpu_count`` and ``driver_version``.
+    Each target is ``{host, address, port, kind, facts}``. Labels: ``gpuhost_host`` (the inventory name),
+    ``gpuhost_exporter``, ``gpuhost_gpu_model`` (the models, comma-separated), ``gpuhost_gpu_count`` and
+    ``gpuhost_driver_version``. Prometheus keeps a target label over an exporter's label of the same name (honor_labels
+    is false by default) and renames the exporter's to ``exported_<name>``: nvidia_gpu_exporter's own
+    ``driver_version`` would have become ``exported_driver_version``. The ``gpuhost_`` prefix is on no label either
+    exporter publishes, so every exporter label reaches Prometheus under its own name.
     """
     entries = []
     for target in sorted(targets, key=lambda x: str(x.get("host"))):
@@ -265,11 +269,11 @@ def file_sd(targets: t.Iterable[dict[str, t.Any]]) -> list[dict[str, t.Any]]:
         entries.append({
             "targets": [f"{address}:{int(target['port'])}"],
             "labels": {
-                "host": str(target.get("host")),
-                "exporter": str(target.get("kind") or ""),
-                "gpu_model": ",".join(sorted({gpu_model(g) for g in gpus})),
-                "gpu_count": str(len(gpus)),
-                "driver_version": str((facts.get("driver") or {}).get("version") or ""),
+                "gpuhost_host": str(target.get("host")),
+                "gpuhost_exporter": str(target.get("kind") or ""),
+                "gpuhost_gpu_model": ",".join(sorted({gpu_model(g) for g in gpus})),
+                "gpuhost_gpu_count": str(len(gpus)),
+                "gpuhost_driver_version": str((facts.get("driver") or {}).get("version") or ""),
             },
         })
     return entries
