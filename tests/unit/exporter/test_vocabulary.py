@@ -114,11 +114,31 @@ def test_dashboard_uses_only_published_names(path):
     assert pq.dashboard_problems(board, EXPORTERS, TARGET_LABELS) == []
 
 
-@pytest.mark.parametrize("path", RULE_FILES, ids=lambda p: p.name)
-def test_rule_file_uses_only_published_names(path):
-    rules = [r for g in yaml.safe_load(path.read_text(encoding="utf-8"))["groups"] for r in g["rules"]]
-    assert rules
-    assert [p for rule in rules for p in pq.check(rule["expr"], EXPORTERS, TARGET_LABELS)] == []
+def rule_file_problems(path: Path) -> list[str]:
+    """Every unpublished name in a Prometheus rules file (groups of recording and alerting rules)."""
+    groups = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("groups") or []
+    rules = [r for g in groups for r in g.get("rules") or []]
+    if not rules:
+        return [f"{path.name}: no rules"]
+    return [f"{path.name} {rule.get('alert') or rule.get('record')}: {p}" for rule in rules
+            for p in pq.check(rule.get("expr"), EXPORTERS, TARGET_LABELS)]
+
+
+def test_rule_files_use_only_published_names():
+    """The role ships no rules file today; one added under roles/gpu_exporter/files/ is held to the vocabulary."""
+    assert [p for path in RULE_FILES for p in rule_file_problems(path)] == []
+
+
+def test_rule_file_check_fails_on_an_unpublished_name(tmp_path):
+    path = tmp_path / "gpu.rules.yml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "gpu", "rules": [
+        {"alert": "GpuHot", "expr": 'DCGM_FI_DEV_GPU_TEMP{gpuhost_host!=""} > 85'},
+        {"alert": "CollectFailing", "expr": "nvidia_smi_last_collect_success == 0"},
+        {"record": "gpu:util", "expr": "avg by (host) (DCGM_FI_DEV_GPU_UTIL)"}]}]}), encoding="utf-8")
+    problems = rule_file_problems(path)
+    assert len(problems) == 2 and "nvidia_smi_last_collect_success" in problems[0] and "label host" in problems[1], problems
+    path.write_text("groups: []\n", encoding="utf-8")
+    assert rule_file_problems(path) == ["gpu.rules.yml: no rules"]
 
 
 def _exprs() -> list[str]:
