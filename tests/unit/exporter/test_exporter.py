@@ -50,9 +50,8 @@ def start(tmp_path: Path, stub: str, *args: str) -> tuple[subprocess.Popen, int]
     (tmp_path / "gpus.json").write_text(json.dumps(GPUS), encoding="utf-8")
     port = _port()
     flag = ["-a", f"127.0.0.1:{port}"] if stub == "dcgm-exporter" else [f"--web.listen-address=127.0.0.1:{port}"]
-    return subprocess.Popen(["sh", str(render(tmp_path, stub)), *flag, *args], env={"GPUHOST_STUB_GPUS": str(tmp_path / "gpus.json"),
-                                                                                     "PATH": "/usr/bin:/bin"},
-                            stderr=subprocess.PIPE, text=True), port
+    env = {"GPUHOST_STUB_GPUS": str(tmp_path / "gpus.json"), "PATH": "/usr/bin:/bin"}
+    return subprocess.Popen(["sh", str(render(tmp_path, stub)), *flag, *args], env=env, stderr=subprocess.PIPE, text=True), port
 
 
 def scrape(tmp_path: Path, stub: str, *args: str) -> str:

@@ -12,7 +12,6 @@ the file_sd labels cannot collide with an exporter's labels. The negative tables
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 import re
 import shutil
@@ -242,8 +241,8 @@ def _board(name: str) -> dict:
     ("dcgm.json", lambda b: b["templating"]["list"][1]["query"].update(query="label_values(host)"), "label_values"),
     ("dcgm.json", lambda b: b["panels"].append({"title": "row", "panels": [{"title": "nested", "targets": [
         {"expr": "DCGM_FI_DEV_MADE_UP", "legendFormat": ""}]}]}), "DCGM_FI_DEV_MADE_UP"),
-    ("dcgm.json", lambda b: b["panels"][0]["targets"][0].update(expr='count by (modelName) (DCGM_FI_DEV_GPU_UTIL)',
-                                                               legendFormat="{{gpuhost_host}}"), "aggregated away"),
+    ("dcgm.json", lambda b: b["panels"][0]["targets"][0].update(expr="count by (modelName) (DCGM_FI_DEV_GPU_UTIL)",
+                                                                legendFormat="{{gpuhost_host}}"), "aggregated away"),
     ("dcgm.json", lambda b: b.update(panels=[], templating={"list": []}), "no query"),
 ])
 def test_dashboard_check_fails_on_a_broken_dashboard(name, mutate, problem):
@@ -274,7 +273,7 @@ def _csv(tmp_path: Path, rows: list[dict[str, str]]) -> Path:
 def test_dcgm_stub_emits_exactly_the_role_collectors_with_the_published_labels(tmp_path):
     series = _series(scrape(tmp_path, "dcgm-exporter", "-f", str(_csv(tmp_path, COLLECTORS))))
     expected = pq.dcgm_labels(COLLECTORS)
-    assert {name for name, _ in series} == set(expected)
+    assert {name for name, _labels in series} == set(expected)
     for name, labels in series:
         assert set(labels) == expected[name] - set(DCGM["mig_labels"]), (name, labels)
     assert len(series) == len(expected) * len(GPUS["gpus"])
@@ -283,8 +282,8 @@ def test_dcgm_stub_emits_exactly_the_role_collectors_with_the_published_labels(t
 def test_dcgm_stub_adds_the_driver_version_label_only_when_the_csv_lists_it(tmp_path):
     rows = [*COLLECTORS, {"field": "DCGM_FI_DRIVER_VERSION", "type": "label", "help": "Driver Version"}]
     series = _series(scrape(tmp_path, "dcgm-exporter", "-f", str(_csv(tmp_path, rows))))
-    assert {labels["DCGM_FI_DRIVER_VERSION"] for _, labels in series} == {GPUS["driver_version"]}
-    assert "DCGM_FI_DRIVER_VERSION" not in {name for name, _ in series}
+    assert {labels["DCGM_FI_DRIVER_VERSION"] for _name, labels in series} == {GPUS["driver_version"]}
+    assert "DCGM_FI_DRIVER_VERSION" not in {name for name, _labels in series}
 
 
 @pytest.mark.parametrize("row", [
@@ -294,7 +293,7 @@ def test_dcgm_stub_adds_the_driver_version_label_only_when_the_csv_lists_it(tmp_
     {"field": "DCGM_FI_MADE_UP_LABEL", "type": "label", "help": "x"},
 ])
 def test_dcgm_stub_refuses_a_field_outside_the_vocabulary(tmp_path, row):
-    proc, _port = start(tmp_path, "dcgm-exporter", "-f", str(_csv(tmp_path, [row])))
+    proc, _unused = start(tmp_path, "dcgm-exporter", "-f", str(_csv(tmp_path, [row])))
     try:
         assert proc.wait(timeout=30) != 0
     finally:
@@ -306,7 +305,7 @@ def test_dcgm_stub_refuses_a_field_outside_the_vocabulary(tmp_path, row):
 def test_nvidia_gpu_exporter_stub_emits_exactly_the_published_names_and_labels(tmp_path):
     series = _series(scrape(tmp_path, "nvidia_gpu_exporter"))
     expected = pq.nvidia_gpu_exporter_labels()
-    assert {name for name, _ in series} == set(expected) - {"nvidia_smi_failed_scrapes_total"}  # counted only on a failure
+    assert {name for name, _labels in series} == set(expected) - {"nvidia_smi_failed_scrapes_total"}  # counted only on a failure
     for name, labels in series:
         assert set(labels) == expected[name], (name, labels)
     uuids = {labels["uuid"] for name, labels in series if name == "nvidia_smi_gpu_info"}
