@@ -29,11 +29,11 @@ AGGREGATIONS = frozenset({"sum", "min", "max", "avg", "group", "stddev", "stdvar
 FUNCTIONS = frozenset({
     "abs", "absent", "absent_over_time", "acos", "acosh", "asin", "asinh", "atan", "atanh", "avg_over_time", "ceil", "changes",
     "clamp", "clamp_max", "clamp_min", "cos", "cosh", "count_over_time", "day_of_month", "day_of_week", "day_of_year",
-    "days_in_month", "deg", "delta", "deriv", "exp", "floor", "histogram_avg", "histogram_count", "histogram_fraction",
+    "days_in_month", "deg", "delta", "deriv", "double_exponential_smoothing", "end", "exp", "floor", "holt_winters", "histogram_avg", "histogram_count", "histogram_fraction",
     "histogram_quantile", "histogram_stddev", "histogram_stdvar", "histogram_sum", "hour", "idelta", "increase", "irate",
     "last_over_time", "ln", "log10", "log2", "mad_over_time", "max_over_time", "min_over_time", "minute", "month", "pi",
     "predict_linear", "present_over_time", "quantile_over_time", "rad", "rate", "resets", "round", "scalar", "sgn", "sin",
-    "sinh", "sort", "sort_desc", "sqrt", "stddev_over_time", "stdvar_over_time", "sum_over_time", "tan", "tanh", "time",
+    "sinh", "sort", "sort_desc", "sqrt", "start", "stddev_over_time", "stdvar_over_time", "sum_over_time", "tan", "tanh", "time",
     "timestamp", "vector", "year"})
 # Functions whose label names travel inside strings: refused rather than half-read.
 STRING_LABEL_FUNCTIONS = frozenset({"label_replace", "label_join", "sort_by_label", "sort_by_label_desc"})
@@ -98,7 +98,8 @@ def names(expr: str) -> Names:
                 continue
             if text in STRING_LABEL_FUNCTIONS:
                 raise PromQLError(f"{text}() names labels inside strings, which this check cannot verify: {expr!r}")
-            if text in AGGREGATIONS and (nxt == ("op", "(") or nxt[1].lower() in ("by", "without")):
+            # PromQL reads aggregation operators and keywords in any case; function names are case-sensitive.
+            if word in AGGREGATIONS and (nxt == ("op", "(") or nxt[1].lower() in ("by", "without")):
                 i += 1
                 continue
             if nxt == ("op", "("):
@@ -238,7 +239,7 @@ def result_labels(expr: str) -> set[str] | None:
     """The labels an expression's result keeps when it is one aggregation `agg by (...) (...)` or `agg (...) by (...)`;
     None when the expression is not of that shape (its series keep their labels)."""
     toks = tokens(expr)
-    if len(toks) < 4 or toks[0][0] != "ident" or toks[0][1] not in AGGREGATIONS:
+    if len(toks) < 4 or toks[0][0] != "ident" or toks[0][1].lower() not in AGGREGATIONS:
         return None
 
     def close(i: int) -> int:
@@ -289,13 +290,15 @@ def dashboard_problems(board: dict[str, t.Any], exporters: dict[str, dict[str, s
         queries += 1
         query = var.get("query")
         query = query.get("query") if isinstance(query, dict) else query
-        match = re.fullmatch(r"label_values\((.+),\s*([A-Za-z_][A-Za-z0-9_]*)\)", query or "")
-        if match is None:
-            problems.append(f"variable {var.get('name')!r}: not a label_values(metric, label) query: {query!r}")
-            continue
-        # label_values(expr, label) asks for that label of the expression's series, as count by (label) (expr) keeps it.
-        problems.extend(f"variable {var.get('name')!r}: {p}"
-                        for p in check(f"count by ({match.group(2)}) ({match.group(1)})", exporters, target_labels))
+        # Grafana shows `definition` and runs `query`; both are read.
+        for text in [query] + ([var["definition"]] if "definition" in var else []):
+            match = re.fullmatch(r"label_values\((.+),\s*([A-Za-z_][A-Za-z0-9_]*)\)", text if isinstance(text, str) else "")
+            if match is None:
+                problems.append(f"variable {var.get('name')!r}: not a label_values(metric, label) query: {text!r}")
+                continue
+            # label_values(expr, label) asks for that label of the expression's series, as count by (label) (expr) keeps it.
+            problems.extend(f"variable {var.get('name')!r}: {p}"
+                            for p in check(f"count by ({match.group(2)}) ({match.group(1)})", exporters, target_labels))
     if queries == 0:
         problems.append("the dashboard has no query at all")
     return problems

@@ -224,6 +224,9 @@ def test_check_names_the_unpublished_name(expr, legend, problem):
     ('{__name__="nvidia_smi_temperature_gpu", uuid=~".+"} offset 5m', None),
     ("avg_over_time(nvidia_smi_power_draw_watts[1h:5m]) * 1e3", None),
     ("topk(3, DCGM_FI_DEV_GPU_TEMP)", None),
+    ("SUM BY (gpu) (DCGM_FI_DEV_GPU_UTIL) AND ON (gpu) DCGM_FI_DEV_GPU_TEMP > bool 80", "{{gpu}}"),
+    ("DCGM_FI_DEV_GPU_UTIL @ start()", None),
+    ("sum(DCGM_FI_DEV_GPU_UTIL{}) by (Hostname) / 0x10 + Inf", "{{Hostname}}"),
 ])
 def test_check_passes_published_names(expr, legend):
     assert pq.check(expr, EXPORTERS, TARGET_LABELS, legend) == []
@@ -244,6 +247,9 @@ def _board(name: str) -> dict:
     ("dcgm.json", lambda b: b["panels"][0]["targets"][0].update(expr="count by (modelName) (DCGM_FI_DEV_GPU_UTIL)",
                                                                 legendFormat="{{gpuhost_host}}"), "aggregated away"),
     ("dcgm.json", lambda b: b.update(panels=[], templating={"list": []}), "no query"),
+    ("dcgm.json", lambda b: b["templating"]["list"][1].update(definition="label_values(DCGM_FI_DEV_GPU_UTIL, host)"), "host"),
+    ("nvidia_gpu_exporter.json", lambda b: b["panels"][5]["targets"][0].update(expr="count by (name) (nvidia_smi_gpu_info)"),
+     "aggregated away"),
 ])
 def test_dashboard_check_fails_on_a_broken_dashboard(name, mutate, problem):
     board = copy.deepcopy(_board(name))
