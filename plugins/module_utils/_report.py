@@ -511,8 +511,12 @@ def file_sd_errors(targets: t.Any) -> list[str]:
 def file_sd(targets: t.Sequence[Mapping[str, t.Any]]) -> list[dict[str, t.Any]]:
     """Prometheus file_sd entries: one per exporter target, labelled from the host's GPU facts.
 
-    Each target is ``{host, address, port, kind, facts}``. Labels: ``host`` (the inventory name), ``exporter``,
-    ``gpu_model`` (the models, comma-separated), ``gpu_count`` and ``driver_version``. Raises ValueError listing every
+    Each target is ``{host, address, port, kind, facts}``. Labels: ``gpuhost_host`` (the inventory name),
+    ``gpuhost_exporter``, ``gpuhost_gpu_model`` (the models, comma-separated), ``gpuhost_gpu_count`` and
+    ``gpuhost_driver_version``. Prometheus keeps a target label over an exporter's label of the same name (honor_labels
+    is false by default) and renames the exporter's to ``exported_<name>``: nvidia_gpu_exporter's own
+    ``driver_version`` would have become ``exported_driver_version``. The ``gpuhost_`` prefix is on no label either
+    exporter publishes, so every exporter label reaches Prometheus under its own name. Raises ValueError listing every
     target that is not ``host:port`` with a valid host and a port in 1-65535 (:func:`file_sd_errors`), before any
     entry is built.
     """
@@ -528,11 +532,11 @@ def file_sd(targets: t.Sequence[Mapping[str, t.Any]]) -> list[dict[str, t.Any]]:
         entries.append({
             "targets": [f"{scrape_host(target['address'])}:{scrape_port(target['port'])}"],
             "labels": {
-                "host": str(target.get("host")),
-                "exporter": read.text(target.get("kind"), "kind"),
-                "gpu_model": ",".join(sorted({gpu_model(g) for g in gpus})),
-                "gpu_count": str(len(gpus)),
-                "driver_version": read.text(driver.get("version"), "driver.version"),
+                "gpuhost_host": str(target.get("host")),
+                "gpuhost_exporter": read.text(target.get("kind"), "kind"),
+                "gpuhost_gpu_model": ",".join(sorted({gpu_model(g) for g in gpus})),
+                "gpuhost_gpu_count": str(len(gpus)),
+                "gpuhost_driver_version": read.text(driver.get("version"), "driver.version"),
             },
         })
     return entries

@@ -23,6 +23,7 @@ rpmsign, createrepo_c, modifyrepo_c, bsdtar, zstd, repo-add (tests/repos/README.
 from __future__ import annotations
 
 import argparse
+import base64
 import hashlib
 import os
 import shutil
@@ -110,6 +111,16 @@ def driver_versions(specs: list[dict], versions: list[str]) -> list[dict]:
     return out
 
 
+def stub_text(name: str, version: str) -> str:
+    """One stand-in file as a package installs it: its version filled in and, for the stub exporters, the published
+    metric and label names of vocabulary/<name>.json embedded (the one place the tests and the stubs read them from)."""
+    text = (HERE / "files" / name).read_text().replace("@VERSION@", version.split("-")[0])
+    vocabulary = HERE / "vocabulary" / f"{name}.json"
+    if "@VOCABULARY@" in text:
+        text = text.replace("@VOCABULARY@", base64.b64encode(vocabulary.read_bytes()).decode())
+    return text
+
+
 def stage_files(root: Path, spec: dict) -> None:
     """The stand-in files of one package, under root."""
     marker = root / "usr/share/gpuhost-stub" / spec["name"] / "STUB"
@@ -124,7 +135,7 @@ def stage_files(root: Path, spec: dict) -> None:
     for name in names:
         dest = root / FILE_DEST[name]
         dest.parent.mkdir(parents=True, exist_ok=True)
-        dest.write_text((HERE / "files" / name).read_text().replace("@VERSION@", spec["version"].split("-")[0]))
+        dest.write_text(stub_text(name, spec["version"]))
         dest.chmod(0o755 if "/bin/" in FILE_DEST[name] or "/" not in FILE_DEST[name] else 0o644)
 
 

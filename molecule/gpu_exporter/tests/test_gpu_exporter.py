@@ -60,12 +60,12 @@ def test_unit_enabled_running_and_hardened(host, gpuhost_instance):
 
 
 def test_file_sd_lists_every_host_labelled_from_the_facts(gpuhost_instance):
-    entries = {e["labels"]["host"]: e for e in json.loads(FILE_SD.read_text(encoding="utf-8"))}
+    entries = {e["labels"]["gpuhost_host"]: e for e in json.loads(FILE_SD.read_text(encoding="utf-8"))}
     entry = entries[gpuhost_instance]
     kind, port = KIND[role(gpuhost_instance)]
-    assert entry["labels"]["exporter"] == kind and entry["labels"]["gpu_count"] == str(GPUS[role(gpuhost_instance)])
+    assert entry["labels"]["gpuhost_exporter"] == kind and entry["labels"]["gpuhost_gpu_count"] == str(GPUS[role(gpuhost_instance)])
     assert entry["targets"][0].endswith(f":{port}")
-    assert entry["labels"]["gpu_model"] == {"dcgm": "NVIDIA H100 80GB HBM3", "nvgpu": "NVIDIA GeForce RTX 4090"}[role(gpuhost_instance)]
+    assert entry["labels"]["gpuhost_gpu_model"] == {"dcgm": "NVIDIA H100 80GB HBM3", "nvgpu": "NVIDIA GeForce RTX 4090"}[role(gpuhost_instance)]
 
 
 def _free_port() -> int:
@@ -118,14 +118,17 @@ def prometheus(tmp_path_factory):
 def test_prometheus_has_one_series_per_gpu_per_host(prometheus):
     dcgm = _query(prometheus, "DCGM_FI_DEV_GPU_UTIL")
     nvgpu = _query(prometheus, "nvidia_smi_gpu_info")
-    assert sorted((s["metric"]["host"], s["metric"]["UUID"], s["metric"]["modelName"]) for s in dcgm) == [
+    assert sorted((s["metric"]["gpuhost_host"], s["metric"]["UUID"], s["metric"]["modelName"]) for s in dcgm) == [
         ("gpuhost-debian12-gpu_exporter-dcgm", "GPU-5c3b9d2e-0f4a-4b1e-9c6d-7a8b9c0d1e2f", "NVIDIA H100 80GB HBM3"),
         ("gpuhost-debian12-gpu_exporter-dcgm", "GPU-8e7d6c5b-4a39-4281-b7f6-e5d4c3b2a190", "NVIDIA H100 80GB HBM3")]
     assert {s["metric"]["gpu"] for s in dcgm} == {"0", "1"} and {s["metric"]["device"] for s in dcgm} == {"nvidia0", "nvidia1"}
-    assert [(s["metric"]["host"], s["metric"]["name"], s["metric"]["pci_bus_id"]) for s in nvgpu] == [
-        ("gpuhost-debian12-gpu_exporter-nvgpu", "NVIDIA GeForce RTX 4090", "00000000:01:00.0")]
-    per_host = {s["metric"]["host"]: int(s["value"][1]) for s in _query(
-        prometheus, "count by (host) (DCGM_FI_DEV_GPU_UTIL) or count by (host) (nvidia_smi_gpu_info)")}
+    assert [(s["metric"]["gpuhost_host"], s["metric"]["name"], s["metric"]["uuid"], s["metric"]["driver_version"]) for s in nvgpu] == [
+        ("gpuhost-debian12-gpu_exporter-nvgpu", "NVIDIA GeForce RTX 4090", "1a2b3c4d-5e6f-4a7b-8c9d-0e1f2a3b4c5d", "575.64.03")]
+    # The exporters' own labels arrive under their own names: no file_sd label took their place.
+    assert not [k for s in dcgm + nvgpu for k in s["metric"] if k.startswith("exported_")]
+    assert {s["metric"]["gpuhost_driver_version"] for s in nvgpu} == {"575.64.03"}
+    per_host = {s["metric"]["gpuhost_host"]: int(s["value"][1]) for s in _query(
+        prometheus, "count by (gpuhost_host) (DCGM_FI_DEV_GPU_UTIL) or count by (gpuhost_host) (nvidia_smi_gpu_info)")}
     assert per_host == {"gpuhost-debian12-gpu_exporter-dcgm": 2, "gpuhost-debian12-gpu_exporter-nvgpu": 1}
 
 

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import shutil
@@ -19,13 +20,15 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[3]
-FILES = ROOT / "tests" / "repos" / "files"
 ROLE = ROOT / "roles" / "gpu_exporter"
 GPUS = {"hostname": "h1", "driver_version": "580.65.06", "cuda_version": "13.0", "gpus": [
     {"index": 0, "uuid": "GPU-5c3b9d2e-0f4a-4b1e-9c6d-7a8b9c0d1e2f", "name": "NVIDIA H100 80GB HBM3", "pci_bus_id": "0000:18:00.0",
      "memory_total_mib": 81559},
     {"index": 1, "uuid": "GPU-8e7d6c5b-4a39-4281-b7f6-e5d4c3b2a190", "name": "NVIDIA H100 80GB HBM3", "pci_bus_id": "0000:2a:00.0",
      "memory_total_mib": 81559}]}
+_SPEC = importlib.util.spec_from_file_location("gpuhost_repos_build", ROOT / "tests" / "repos" / "build.py")
+BUILD = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(BUILD)
 DEFAULTS = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text(encoding="utf-8"))
 VARS = yaml.safe_load((ROLE / "vars" / "main.yml").read_text(encoding="utf-8"))
 
@@ -36,17 +39,31 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
-def scrape(tmp_path: Path, stub: str, *args: str) -> str:
+def render(tmp_path: Path, stub: str) -> Path:
+    """The stub exporter as the test repositories package it (tests/repos/build.py: the vocabulary embedded)."""
+    path = tmp_path / f"{stub}.stub"
+    path.write_text(BUILD.stub_text(stub, "1.0.0-1"), encoding="utf-8")
+    return path
+
+
+def start(tmp_path: Path, stub: str, *args: str) -> tuple[subprocess.Popen, int]:
     (tmp_path / "gpus.json").write_text(json.dumps(GPUS), encoding="utf-8")
     port = _port()
     flag = ["-a", f"127.0.0.1:{port}"] if stub == "dcgm-exporter" else [f"--web.listen-address=127.0.0.1:{port}"]
-    proc = subprocess.Popen(["sh", str(FILES / stub), *flag, *args], env={"GPUHOST_STUB_GPUS": str(tmp_path / "gpus.json"), "PATH": "/usr/bin:/bin"})
+    env = {"GPUHOST_STUB_GPUS": str(tmp_path / "gpus.json"), "PATH": "/usr/bin:/bin"}
+    return subprocess.Popen(["sh", str(render(tmp_path, stub)), *flag, *args], env=env, stderr=subprocess.PIPE, text=True), port
+
+
+def scrape(tmp_path: Path, stub: str, *args: str) -> str:
+    proc, port = start(tmp_path, stub, *args)
     try:
         for _attempt in range(100):
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as resp:  # noqa: S310 - localhost
                     return resp.read().decode()
             except OSError:
+                if proc.poll() is not None:
+                    raise AssertionError(f"{stub} exited {proc.returncode}: {proc.stderr.read()}") from None
                 time.sleep(0.05)
         raise AssertionError(f"{stub} did not serve")
     finally:
@@ -55,12 +72,14 @@ def scrape(tmp_path: Path, stub: str, *args: str) -> str:
 
 
 def promtool_check(text: str) -> None:
-    """Debian's promtool parses the exposition; only its naming lint (DCGM's camelCase labels are real) may remain."""
+    """Debian's promtool parses the exposition; only its naming lint may remain, about names the publishers use
+    (DCGM's camelCase labels, nvidia_gpu_exporter's nvidia_smi_count and ..._session_count)."""
     promtool = shutil.which("promtool")
     if promtool is None:
         pytest.skip("tool missing: promtool (prometheus, bindep.txt; tests/deps/install.sh)")
     proc = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, check=False)
-    problems = [line for line in (proc.stdout + proc.stderr).splitlines() if line and "should be written in 'snake_case'" not in line]
+    published_names = ("should be written in 'snake_case'", 'non-histogram and non-summary metrics should not have "_count" suffix')
+    problems = [line for line in (proc.stdout + proc.stderr).splitlines() if line and not any(p in line for p in published_names)]
     assert proc.returncode in (0, 3) and problems == [], proc.stdout + proc.stderr
 
 
@@ -79,7 +98,8 @@ def test_dcgm_stub_serves_every_collector_for_every_gpu_in_dcgm_exporters_format
     assert sorted({entry[0] for entry in series}) == sorted(fields)
     assert len(series) == len(fields) * 2
     labels = dict(re.findall(r'(\w+)="([^"]*)"', series[0][1]))
-    assert list(labels) == ["gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "DCGM_FI_DRIVER_VERSION"]
+    # The role's collectors list no `label` row, so there is no DCGM_FI_DRIVER_VERSION label (dcgm-exporter adds it only then).
+    assert list(labels) == ["gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname"]
     assert labels["pci_bus_id"] == "00000000:18:00.0" and labels["device"] == "nvidia0" and labels["Hostname"] == "h1"
     assert "# TYPE DCGM_FI_DEV_GPU_UTIL gauge" in text and "# HELP DCGM_FI_DEV_GPU_UTIL GPU utilization (in %)." in text
 
@@ -87,10 +107,14 @@ def test_dcgm_stub_serves_every_collector_for_every_gpu_in_dcgm_exporters_format
 def test_nvidia_gpu_exporter_stub_serves_nvidia_smi_metrics_per_gpu(tmp_path):
     text = scrape(tmp_path, "nvidia_gpu_exporter")
     promtool_check(text)
-    info = re.findall(r"^nvidia_smi_gpu_info\{([^}]*)\} 1$", text, re.M)
-    assert [dict(re.findall(r'(\w+)="([^"]*)"', i))["pci_bus_id"] for i in info] == ["00000000:18:00.0", "00000000:2A:00.0"]
+    info = [dict(re.findall(r'(\w+)="([^"]*)"', i)) for i in re.findall(r"^nvidia_smi_gpu_info\{([^}]*)\} 1$", text, re.M)]
+    assert [(i["uuid"], i["name"], i["driver_version"]) for i in info] == [
+        ("5c3b9d2e-0f4a-4b1e-9c6d-7a8b9c0d1e2f", "NVIDIA H100 80GB HBM3", "580.65.06"),
+        ("8e7d6c5b-4a39-4281-b7f6-e5d4c3b2a190", "NVIDIA H100 80GB HBM3", "580.65.06")]
     assert 'nvidia_smi_utilization_gpu_ratio{uuid="5c3b9d2e-0f4a-4b1e-9c6d-7a8b9c0d1e2f"}' in text  # no GPU- prefix
-    assert re.search(r"^nvidia_smi_last_collect_success 1$", text, re.M)
+    # 1.3.1 has neither (they came in later releases)
+    assert "pci_bus_id" not in text and "nvidia_smi_last_collect_success" not in text
+    assert re.search(r"^nvidia_smi_command_exit_code 0$", text, re.M)
 
 
 @pytest.mark.parametrize("board, stub, args", [("dcgm.json", "dcgm-exporter", True), ("nvidia_gpu_exporter.json", "nvidia_gpu_exporter", False)])

@@ -97,10 +97,10 @@ def test_file_sd_labels_from_facts():
         {"host": "a", "address": "fd00::1", "port": 9400, "kind": "dcgm", "facts": SMALL[1]["facts"]},
     ])
     assert entries == [
-        {"targets": ["[fd00::1]:9400"], "labels": {"host": "a", "exporter": "dcgm", "gpu_model": "NVIDIA L4", "gpu_count": "2",
-                                                   "driver_version": "535.261.03"}},
-        {"targets": ["10.0.0.2:9835"], "labels": {"host": "b", "exporter": "nvidia_gpu_exporter", "gpu_model": "", "gpu_count": "0",
-                                                  "driver_version": ""}},
+        {"targets": ["[fd00::1]:9400"], "labels": {"gpuhost_host": "a", "gpuhost_exporter": "dcgm", "gpuhost_gpu_model": "NVIDIA L4",
+                                                   "gpuhost_gpu_count": "2", "gpuhost_driver_version": "535.261.03"}},
+        {"targets": ["10.0.0.2:9835"], "labels": {"gpuhost_host": "b", "gpuhost_exporter": "nvidia_gpu_exporter", "gpuhost_gpu_model": "",
+                                                  "gpuhost_gpu_count": "0", "gpuhost_driver_version": ""}},
     ]
     with pytest.raises(AnsibleFilterError):
         gpu_exporter_file_sd([{"host": "x"}])
