@@ -140,8 +140,9 @@ def target(host: str, address: t.Any, port: t.Any, **extra: t.Any) -> dict[str, 
 @pytest.mark.parametrize("address, port, expected", VALID, ids=[v[2][:40] for v in VALID])
 def test_valid_targets_are_written_as_host_port(address, port, expected):
     entries = gpu_exporter_file_sd([target("gpu-a", address, port)])
-    assert entries == [{"targets": [expected], "labels": {"host": "gpu-a", "exporter": "dcgm", "gpu_model": "NVIDIA L4",
-                                                          "gpu_count": "2", "driver_version": "580.65.06"}}]
+    assert entries == [{"targets": [expected], "labels": {
+        "gpuhost_host": "gpu-a", "gpuhost_exporter": "dcgm", "gpuhost_gpu_model": "NVIDIA L4", "gpuhost_gpu_count": "2",
+        "gpuhost_driver_version": "580.65.06"}}]
 
 
 @pytest.mark.parametrize("address, shown", INVALID_ADDRESSES, ids=[f"address{i}" for i in range(len(INVALID_ADDRESSES))])
@@ -243,7 +244,7 @@ def test_playbook_writes_a_file_promtool_accepts(local_play, tmp_path):
     hosts["no-role"] = {}
     local_play([file_sd_play(path)], check=False, hosts=hosts)
     entries = json.loads(path.read_text(encoding="utf-8"))
-    assert [e["labels"]["host"] for e in entries] == sorted(f"gpu-{i}" for i in range(6))
+    assert [e["labels"]["gpuhost_host"] for e in entries] == sorted(f"gpu-{i}" for i in range(6))
     promtool_check(tmp_path, entries)
 
 
