@@ -15,18 +15,25 @@ and tests can put a fake module in ``sys.modules['pynvml']``. NVML errors map to
 LibraryNotFound -> library_not_found, DriverNotLoaded -> driver_not_loaded, NoPermission -> no_permission,
 LibRmVersionMismatch -> driver_version_mismatch, GpuIsLost -> that GPU's state gpu_lost. A field the GPU does not
 support (NotSupported) is None.
+
+The processes are the exception to "None when not given": a guard reads them to decide whether a GPU is idle, so
+any failure to read them (NoPermission, NotSupported, Unknown, Uninitialized, a missing function, a query that does
+not return within ``processes_timeout`` seconds) makes ``processes`` None and ``processes_error`` the reason, never
+an empty list. With MIG on, NVML lists a process on the MIG device handle it runs on (the GPU handle only gives the
+aggregate to a privileged caller), so the processes of every MIG device are read too.
 """
 
 from __future__ import annotations
 
 import re
 import sys
+import threading
 import traceback
 import types
 import typing as t
 
 from ansible_collections.gpuhost.nvidia.plugins.module_utils import _catalog
-from ansible_collections.gpuhost.nvidia.plugins.module_utils._gpu_schema import compute_mode_name, empty_gpu_record
+from ansible_collections.gpuhost.nvidia.plugins.module_utils._gpu_schema import compute_mode_name, empty_gpu_record, processes_unknown
 from ansible_collections.gpuhost.nvidia.plugins.module_utils._common import (
     STATE_DRIVER_NOT_LOADED,
     STATE_ERROR,
@@ -92,6 +99,18 @@ _TOPOLOGY_LEVELS = {
 
 _NA_32 = 0xFFFFFFFF
 
+# Seconds one GPU's process queries may take before its processes count as unknown (a wedged driver can block an
+# NVML call for minutes). The nvidia_gpu_facts option processes_timeout overrides it.
+DEFAULT_PROCESSES_TIMEOUT = 10.0
+
+
+# What :meth:`Reader.strict` returns for an error that means "there is none".
+ABSENT = object()
+
+
+class ProcessesUnknown(Exception):
+    """Raised inside a GPU's process read when one of its queries fails: the processes cannot be known."""
+
 
 class GpuLost(Exception):
     """Raised inside a GPU's collection when NVML reports the GPU as lost."""
@@ -143,11 +162,14 @@ class Reader:
     :attr:`messages`, a lost GPU raises :class:`GpuLost`. The facts fill their records with it; another backend
     reads its own values with :meth:`call` (see :meth:`Session.collect`)."""
 
-    def __init__(self, nv: t.Any, gather: t.Iterable[str]):
+    def __init__(self, nv: t.Any, gather: t.Iterable[str], processes_timeout: float | None = DEFAULT_PROCESSES_TIMEOUT):
         self.nv = nv
         self.gather = set(gather)
         self.messages: list[str] = []
         self.error_cls = nvml_error(nv)
+        self.processes_timeout = processes_timeout
+        # The GPU whose process query did not return: NVML is then not asked again for processes in this pass.
+        self.hung: str | None = None
 
     def call(self, label: str, func_name: str, *args: t.Any) -> t.Any:
         """Call an NVML function; None for unsupported values; GpuLost on a lost GPU."""
@@ -207,7 +229,7 @@ class Reader:
             record["temperature_c"] = None if temperature is None else int(temperature)
             record["power_draw_w"] = _watts(self.call(label, "nvmlDeviceGetPowerUsage", handle))
         if "processes" in self.gather:
-            record["processes"] = self.processes(label, handle)
+            record["processes"], record["processes_error"] = self.bounded_processes(label, handle)
         if "health" in self.gather:
             record["health"] = self.health(label, handle)
 
@@ -270,13 +292,93 @@ class Reader:
         devices.sort(key=lambda d: (d["gi"] if d["gi"] is not None else -1, d["ci"] if d["ci"] is not None else -1))
         return devices
 
-    def processes(self, label: str, handle: t.Any) -> list[dict[str, t.Any]]:
+    def strict(self, func_name: str, *args: t.Any, absent: tuple[str, ...] = ()) -> t.Any:
+        """Call an NVML function whose failure leaves the processes unknown: ProcessesUnknown on any NVML error or a
+        function this nvidia-ml-py does not have; GpuLost on a lost GPU. The errors named in ``absent`` mean "there
+        is none" and return :data:`ABSENT`."""
+        func = getattr(self.nv, func_name, None)
+        if func is None:
+            raise ProcessesUnknown("this nvidia-ml-py has no %s" % func_name)
+        try:
+            return func(*args)
+        except self.error_cls as exc:
+            if _is(self.nv, exc, "NVMLError_GpuIsLost"):
+                raise GpuLost(describe(exc)) from exc
+            if absent and _is(self.nv, exc, *absent):
+                return ABSENT
+            raise ProcessesUnknown("%s failed: %s" % (func_name, describe(exc))) from exc
+
+    def bounded_processes(self, label: str, handle: t.Any) -> tuple[list[dict[str, t.Any]] | None, str | None]:
+        """:meth:`processes` in a thread of its own, given ``processes_timeout`` seconds (None or 0: no bound).
+
+        A query that does not return leaves its daemon thread blocked in NVML; the GPU's processes are unknown, and so
+        are those of every later GPU of the pass, which are not asked (each would wait as long again)."""
+        if self.hung is not None:
+            return None, "not read: the process query of %s did not return within %s s" % (self.hung, self.processes_timeout)
+        if not self.processes_timeout or self.processes_timeout <= 0:
+            return self.processes(label, handle)
+        box: dict[str, t.Any] = {}
+
+        def work() -> None:
+            try:
+                box["value"] = self.processes(label, handle)
+            except GpuLost as exc:
+                box["lost"] = exc
+            except Exception as exc:  # pylint: disable=broad-exception-caught
+                box["error"] = exc
+
+        worker = threading.Thread(target=work, name="nvml-processes-%s" % label, daemon=True)
+        worker.start()
+        worker.join(self.processes_timeout)
+        if worker.is_alive():
+            self.hung = label
+            return None, "the process query did not return within %s s (processes_timeout)" % self.processes_timeout
+        if "lost" in box:
+            raise box["lost"]
+        if "error" in box:
+            return None, "reading the processes failed: %s" % describe(box["error"])
+        return box["value"]
+
+    def processes(self, label: str, handle: t.Any) -> tuple[list[dict[str, t.Any]] | None, str | None]:
+        """The GPU's processes and None, or None and why they cannot be known. With MIG on, the processes of each MIG
+        device are read through its own handle as well. The process name alone may be unreadable (null)."""
         found: dict[int, dict[str, t.Any]] = {}
+        try:
+            self._add_processes(found, handle, None)
+            for mig, ids in self._mig_handles(handle):
+                self._add_processes(found, mig, ids)
+        except ProcessesUnknown as exc:
+            return None, str(exc)
+        for pid, entry in found.items():
+            entry["name"] = to_text(self.call(label, "nvmlSystemGetProcessName", pid))
+        return [found[pid] for pid in sorted(found)], None
+
+    def _add_processes(self, found: dict[int, dict[str, t.Any]], handle: t.Any, ids: tuple[t.Any, t.Any] | None) -> None:
         for kind, func in (("C", "nvmlDeviceGetComputeRunningProcesses"), ("G", "nvmlDeviceGetGraphicsRunningProcesses")):
-            for proc in self.call(label, func, handle) or []:
-                pid = int(proc.pid)
-                if pid in found:
-                    found[pid]["type"] = "C+G"
+            listed = self.strict(func, handle)
+            if listed is None:
+                listed = []
+            if not isinstance(listed, (list, tuple)):
+                raise ProcessesUnknown("%s returned %s, not a list" % (func, type(listed).__name__))
+            for proc in listed:
+                try:
+                    pid = int(proc.pid)
+                except (AttributeError, TypeError, ValueError) as exc:
+                    raise ProcessesUnknown("%s listed a process without a readable pid (%r)" % (func, proc)) from exc
+                if pid <= 0:
+                    raise ProcessesUnknown("%s listed a process with pid %d" % (func, pid))
+                gi = _na32(getattr(proc, "gpuInstanceId", None))
+                ci = _na32(getattr(proc, "computeInstanceId", None))
+                if ids is not None:
+                    gi = ids[0] if gi is None else gi
+                    ci = ids[1] if ci is None else ci
+                entry = found.get(pid)
+                if entry is not None:
+                    if entry["type"] != kind and not entry.get("_seen_" + kind):
+                        entry["type"] = "C+G"
+                    entry["_seen_" + kind] = True
+                    if entry["gpu_instance_id"] is None:
+                        entry["gpu_instance_id"], entry["compute_instance_id"] = gi, ci
                     continue
                 used = getattr(proc, "usedGpuMemory", None)
                 found[pid] = {
@@ -284,12 +386,36 @@ class Reader:
                     "type": kind,
                     "name": None,
                     "used_memory_mib": None if used is None else int(used) // MIB,
-                    "gpu_instance_id": _na32(getattr(proc, "gpuInstanceId", None)),
-                    "compute_instance_id": _na32(getattr(proc, "computeInstanceId", None)),
+                    "gpu_instance_id": gi,
+                    "compute_instance_id": ci,
+                    "_seen_" + kind: True,
                 }
-        for pid, entry in found.items():
-            entry["name"] = to_text(self.call(label, "nvmlSystemGetProcessName", pid))
-        return [found[pid] for pid in sorted(found)]
+        for entry in found.values():
+            entry.pop("_seen_C", None)
+            entry.pop("_seen_G", None)
+
+    def _mig_handles(self, handle: t.Any) -> list[tuple[t.Any, tuple[t.Any, t.Any]]]:
+        """The MIG device handles of a GPU with MIG on, with their (GPU instance, compute instance) ids; none when
+        the GPU has MIG off or does not support it. Any other failure leaves the processes unknown."""
+        mode = self.strict("nvmlDeviceGetMigMode", handle, absent=("NVMLError_NotSupported",))
+        if mode is ABSENT:
+            return []
+        if mode is None or not isinstance(mode, (list, tuple)) or len(mode) != 2:
+            raise ProcessesUnknown("nvmlDeviceGetMigMode returned %r" % (mode,))
+        if not mode[0]:
+            return []
+        count = self.strict("nvmlDeviceGetMaxMigDeviceCount", handle)
+        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+            raise ProcessesUnknown("nvmlDeviceGetMaxMigDeviceCount returned %r" % (count,))
+        handles = []
+        for slot in range(count):
+            # NotFound: no MIG device in this slot.
+            mig = self.strict("nvmlDeviceGetMigDeviceHandleByIndex", handle, slot, absent=("NVMLError_NotFound",))
+            if mig is ABSENT:
+                continue
+            label = "MIG device %d" % slot
+            handles.append((mig, (self.call(label, "nvmlDeviceGetGpuInstanceId", mig), self.call(label, "nvmlDeviceGetComputeInstanceId", mig))))
+        return handles
 
     def topology(self, records: list[dict[str, t.Any]], handles: list[t.Any]) -> None:
         max_links = int(getattr(self.nv, "NVML_NVLINK_MAX_LINKS", 18))
@@ -429,7 +555,8 @@ class Session:
     def reader(self, gather: t.Iterable[str] = ()) -> Reader:
         return Reader(self.nv, gather)
 
-    def collect(self, gather: t.Iterable[str] = (), extend: Extension | None = None) -> dict[str, t.Any]:
+    def collect(self, gather: t.Iterable[str] = (), extend: Extension | None = None,
+                processes_timeout: float | None = DEFAULT_PROCESSES_TIMEOUT) -> dict[str, t.Any]:
         """The facts: {available, state, message, messages, driver, gpus}; never raises on NVML errors.
 
         ``extend(record, handle, reader)`` is called for each GPU read without error, after its facts, with the same
@@ -438,18 +565,20 @@ class Session:
         """
         if not self.active:
             return _failed(*self.failure)
-        return _collect_initialised(self.nv, gather, _failed(STATE_ERROR, None), extend)
+        return _collect_initialised(self.nv, gather, _failed(STATE_ERROR, None), extend, processes_timeout)
 
 
-def collect(gather: t.Iterable[str] = (), nv: t.Any = None) -> dict[str, t.Any]:
+def collect(gather: t.Iterable[str] = (), nv: t.Any = None,
+            processes_timeout: float | None = DEFAULT_PROCESSES_TIMEOUT) -> dict[str, t.Any]:
     """Query NVML in a session of its own. Returns {available, state, message, messages, driver, gpus}; never raises
     on NVML errors."""
     with Session(nv) as session:
-        return session.collect(gather)
+        return session.collect(gather, processes_timeout=processes_timeout)
 
 
-def _collect_initialised(nv: t.Any, gather: t.Iterable[str], result: dict[str, t.Any], extend: Extension | None = None) -> dict[str, t.Any]:
-    collector = Reader(nv, gather)
+def _collect_initialised(nv: t.Any, gather: t.Iterable[str], result: dict[str, t.Any], extend: Extension | None = None,
+                         processes_timeout: float | None = DEFAULT_PROCESSES_TIMEOUT) -> dict[str, t.Any]:
+    collector = Reader(nv, gather, processes_timeout)
     error_cls = collector.error_cls
     try:
         result["driver"]["version"] = to_text(collector.call("driver", "nvmlSystemGetDriverVersion"))
@@ -485,6 +614,8 @@ def _collect_initialised(nv: t.Any, gather: t.Iterable[str], result: dict[str, t
             record["state"] = state
             record["message"] = "NVML: GPU %d: nvmlDeviceGetHandleByIndex failed: %s" % (index, describe(exc))
             handle = None
+        if "processes" in collector.gather and record["state"] != STATE_OK:
+            processes_unknown(record)
         gpus.append(record)
         handles.append(handle)
     if "topology" in collector.gather:
