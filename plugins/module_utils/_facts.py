@@ -130,7 +130,7 @@ def root_errors(root: t.Any, option: str = "root") -> list[str]:
 
 
 def gather_on_host(module: t.Any, backends: t.Iterable[str] = BACKENDS, gather: t.Iterable[str] = (), root: str = "/",
-                   processes_timeout: float | None = _nvml.DEFAULT_PROCESSES_TIMEOUT) -> dict[str, t.Any]:
+                   nvml_timeout: float | None = _nvml.DEFAULT_TIMEOUT) -> dict[str, t.Any]:
     """:func:`gather_facts` on the managed host, from a module: ``nvidia-smi`` found on the module's PATH and run in the C
     locale. The one place both nvidia_gpu_facts and nvidia_gpu_doctor (which gathers in-process when it is not handed
     facts) gather with. A read error fails the module, naming the root."""
@@ -143,7 +143,7 @@ def gather_on_host(module: t.Any, backends: t.Iterable[str] = BACKENDS, gather: 
 
     try:
         return gather_facts(backends=backends, gather=gather, root=root, smi_run=run_smi, smi_binary=smi_binary,
-                            processes_timeout=processes_timeout)
+                            nvml_timeout=nvml_timeout)
     except OSError as exc:
         module.fail_json(msg="Reading the host's GPU state under %s failed: %s" % (root, exc))
     raise AssertionError("fail_json returned")  # pragma: no cover
@@ -157,10 +157,10 @@ def gather_facts(
     smi_binary: str | None = None,
     nv: t.Any = None,
     kernel_release: str | None = None,
-    processes_timeout: float | None = _nvml.DEFAULT_PROCESSES_TIMEOUT,
+    nvml_timeout: float | None = _nvml.DEFAULT_TIMEOUT,
 ) -> dict[str, t.Any]:
     """Build ``ansible_facts.nvidia_gpu``. ``nv`` overrides the pynvml module (tests); PCI always runs.
-    ``processes_timeout``: seconds each GPU's NVML process queries may take (None: no bound)."""
+    ``nvml_timeout``: seconds each bounded NVML step may take (_nvml; None: no bound)."""
     backends = list(backends)
     gather_set = set(gather)
     pci = _pci.scan(root, kernel_release)
@@ -173,7 +173,7 @@ def gather_facts(
     source = "pci"
 
     if "nvml" in backends:
-        result = _nvml.collect(gather_set, nv, processes_timeout)
+        result = _nvml.collect(gather_set, nv, timeout=nvml_timeout)
         if result["available"]:
             rich, source = result, "nvml"
         else:

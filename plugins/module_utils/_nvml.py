@@ -17,10 +17,15 @@ LibRmVersionMismatch -> driver_version_mismatch, GpuIsLost -> that GPU's state g
 support (NotSupported) is None.
 
 The processes are the exception to "None when not given": a guard reads them to decide whether a GPU is idle, so
-any failure to read them (NoPermission, NotSupported, Unknown, Uninitialized, a missing function, a query that does
-not return within ``processes_timeout`` seconds) makes ``processes`` None and ``processes_error`` the reason, never
-an empty list. With MIG on, NVML lists a process on the MIG device handle it runs on (the GPU handle only gives the
-aggregate to a privileged caller), so the processes of every MIG device are read too.
+any failure to read them (NoPermission, NotSupported, Unknown, Uninitialized, a missing function) makes ``processes``
+None and ``processes_error`` the reason, never an empty list. With MIG on, NVML lists a process on the MIG device
+handle it runs on (the GPU handle only gives the aggregate to a privileged caller), so the processes of every MIG
+device are read too.
+
+A wedged driver can block an NVML call for minutes. After ``nvmlInit``, the system reads (driver version, device
+count), each GPU's reads and the topology each run in a daemon thread given ``timeout`` seconds (the nvidia_gpu_facts
+option ``nvml_timeout``). A GPU whose reads do not finish in time is reported with state ``error`` and unknown
+processes; the GPUs after it are not asked (each would wait as long again), nor is ``nvmlShutdown``.
 """
 
 from __future__ import annotations
@@ -99,9 +104,9 @@ _TOPOLOGY_LEVELS = {
 
 _NA_32 = 0xFFFFFFFF
 
-# Seconds one GPU's process queries may take before its processes count as unknown (a wedged driver can block an
-# NVML call for minutes). The nvidia_gpu_facts option processes_timeout overrides it.
-DEFAULT_PROCESSES_TIMEOUT = 10.0
+# Seconds the reads of one GPU (or the system reads, or the topology) may take before they count as hung. NVML answers
+# in milliseconds once initialised; the nvidia_gpu_facts option nvml_timeout overrides it.
+DEFAULT_TIMEOUT = 10.0
 
 
 # What :meth:`Reader.strict` returns for an error that means "there is none".
@@ -162,14 +167,11 @@ class Reader:
     :attr:`messages`, a lost GPU raises :class:`GpuLost`. The facts fill their records with it; another backend
     reads its own values with :meth:`call` (see :meth:`Session.collect`)."""
 
-    def __init__(self, nv: t.Any, gather: t.Iterable[str], processes_timeout: float | None = DEFAULT_PROCESSES_TIMEOUT):
+    def __init__(self, nv: t.Any, gather: t.Iterable[str]):
         self.nv = nv
         self.gather = set(gather)
         self.messages: list[str] = []
         self.error_cls = nvml_error(nv)
-        self.processes_timeout = processes_timeout
-        # The GPU whose process query did not return: NVML is then not asked again for processes in this pass.
-        self.hung: str | None = None
 
     def call(self, label: str, func_name: str, *args: t.Any) -> t.Any:
         """Call an NVML function; None for unsupported values; GpuLost on a lost GPU."""
@@ -229,7 +231,13 @@ class Reader:
             record["temperature_c"] = None if temperature is None else int(temperature)
             record["power_draw_w"] = _watts(self.call(label, "nvmlDeviceGetPowerUsage", handle))
         if "processes" in self.gather:
-            record["processes"], record["processes_error"] = self.bounded_processes(label, handle)
+            try:
+                record["processes"], record["processes_error"] = self.processes(label, handle)
+            except GpuLost:
+                raise
+            except Exception as exc:  # pylint: disable=broad-exception-caught
+                # A value NVML should never return (a pid that is not a number...): unknown, not a traceback.
+                record["processes"], record["processes_error"] = None, "reading the processes failed: %s" % describe(exc)
         if "health" in self.gather:
             record["health"] = self.health(label, handle)
 
@@ -308,37 +316,6 @@ class Reader:
                 return ABSENT
             raise ProcessesUnknown("%s failed: %s" % (func_name, describe(exc))) from exc
 
-    def bounded_processes(self, label: str, handle: t.Any) -> tuple[list[dict[str, t.Any]] | None, str | None]:
-        """:meth:`processes` in a thread of its own, given ``processes_timeout`` seconds (None or 0: no bound).
-
-        A query that does not return leaves its daemon thread blocked in NVML; the GPU's processes are unknown, and so
-        are those of every later GPU of the pass, which are not asked (each would wait as long again)."""
-        if self.hung is not None:
-            return None, "not read: the process query of %s did not return within %s s" % (self.hung, self.processes_timeout)
-        if not self.processes_timeout or self.processes_timeout <= 0:
-            return self.processes(label, handle)
-        box: dict[str, t.Any] = {}
-
-        def work() -> None:
-            try:
-                box["value"] = self.processes(label, handle)
-            except GpuLost as exc:
-                box["lost"] = exc
-            except Exception as exc:  # pylint: disable=broad-exception-caught
-                box["error"] = exc
-
-        worker = threading.Thread(target=work, name="nvml-processes-%s" % label, daemon=True)
-        worker.start()
-        worker.join(self.processes_timeout)
-        if worker.is_alive():
-            self.hung = label
-            return None, "the process query did not return within %s s (processes_timeout)" % self.processes_timeout
-        if "lost" in box:
-            raise box["lost"]
-        if "error" in box:
-            return None, "reading the processes failed: %s" % describe(box["error"])
-        return box["value"]
-
     def processes(self, label: str, handle: t.Any) -> tuple[list[dict[str, t.Any]] | None, str | None]:
         """The GPU's processes and None, or None and why they cannot be known. With MIG on, the processes of each MIG
         device are read through its own handle as well. The process name alone may be unreadable (null)."""
@@ -399,7 +376,13 @@ class Reader:
         the GPU has MIG off or does not support it. Any other failure leaves the processes unknown."""
         mode = self.strict("nvmlDeviceGetMigMode", handle, absent=("NVMLError_NotSupported",))
         if mode is ABSENT:
-            return []
+            # NotSupported: a GPU without MIG, whose first MIG slot cannot hold a device either. A MIG device there
+            # contradicts the mode, and its processes are read all the same.
+            probe = self.strict("nvmlDeviceGetMigDeviceHandleByIndex", handle, 0,
+                                absent=("NVMLError_NotSupported", "NVMLError_NotFound", "NVMLError_InvalidArgument"))
+            if probe is ABSENT:
+                return []
+            mode = (1, None)
         if mode is None or not isinstance(mode, (list, tuple)) or len(mode) != 2:
             raise ProcessesUnknown("nvmlDeviceGetMigMode returned %r" % (mode,))
         if not mode[0]:
@@ -517,6 +500,7 @@ class Session:
         self.nv = nv
         self.error_cls: type[BaseException] = Exception
         self.active = False
+        self.hung = False
         self.failure: tuple[str, str] = (STATE_ERROR, "NVML: the session was not opened")
 
     def __enter__(self) -> "Session":
@@ -543,10 +527,12 @@ class Session:
         self.close()
 
     def close(self) -> None:
-        """nvmlShutdown, once, if nvmlInit worked."""
+        """nvmlShutdown, once, if nvmlInit worked and no read hung (a shutdown would wait on the same lock)."""
         if not self.active:
             return
         self.active = False
+        if self.hung:
+            return
         try:
             self.nv.nvmlShutdown()
         except self.error_cls:
@@ -556,72 +542,156 @@ class Session:
         return Reader(self.nv, gather)
 
     def collect(self, gather: t.Iterable[str] = (), extend: Extension | None = None,
-                processes_timeout: float | None = DEFAULT_PROCESSES_TIMEOUT) -> dict[str, t.Any]:
+                timeout: float | None = DEFAULT_TIMEOUT) -> dict[str, t.Any]:
         """The facts: {available, state, message, messages, driver, gpus}; never raises on NVML errors.
 
         ``extend(record, handle, reader)`` is called for each GPU read without error, after its facts, with the same
         handle and reader: a backend reads what only it needs in the same pass (a :class:`GpuLost` it raises marks
-        the GPU lost, as in the facts).
+        the GPU lost, as in the facts). ``timeout``: seconds for each bounded step (module docstring); None: no bound.
         """
         if not self.active:
             return _failed(*self.failure)
-        return _collect_initialised(self.nv, gather, _failed(STATE_ERROR, None), extend, processes_timeout)
+        return _collect_initialised(self.nv, gather, _failed(STATE_ERROR, None), extend, timeout, self._hang)
+
+    def _hang(self) -> None:
+        self.hung = True
 
 
-def collect(gather: t.Iterable[str] = (), nv: t.Any = None,
-            processes_timeout: float | None = DEFAULT_PROCESSES_TIMEOUT) -> dict[str, t.Any]:
+def collect(gather: t.Iterable[str] = (), nv: t.Any = None, timeout: float | None = DEFAULT_TIMEOUT) -> dict[str, t.Any]:
     """Query NVML in a session of its own. Returns {available, state, message, messages, driver, gpus}; never raises
     on NVML errors."""
     with Session(nv) as session:
-        return session.collect(gather, processes_timeout=processes_timeout)
+        return session.collect(gather, timeout=timeout)
+
+
+def bounded(func: t.Callable[[], t.Any], timeout: float | None) -> tuple[bool, t.Any, BaseException | None]:
+    """Run ``func`` in a daemon thread for at most ``timeout`` seconds (None or 0: in this thread, unbounded).
+
+    Returns (finished, value, exception). A call still blocked when the time is up stays blocked in its thread,
+    which the interpreter does not wait for on exit."""
+    box: dict[str, t.Any] = {}
+
+    def work() -> None:
+        try:
+            box["value"] = func()
+        except Exception as exc:  # pylint: disable=broad-exception-caught
+            box["error"] = exc
+
+    if not timeout or timeout <= 0:
+        work()
+        return True, box.get("value"), box.get("error")
+    worker = threading.Thread(target=work, name="gpuhost-nvml", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if worker.is_alive():
+        return False, None, None
+    return True, box.get("value"), box.get("error")
+
+
+def _hung_record(record: dict[str, t.Any], gather: set[str], message: str) -> dict[str, t.Any]:
+    record["state"] = STATE_ERROR
+    record["message"] = message
+    if "processes" in gather:
+        processes_unknown(record, "NVML did not answer: %s" % message)
+    return record
 
 
 def _collect_initialised(nv: t.Any, gather: t.Iterable[str], result: dict[str, t.Any], extend: Extension | None = None,
-                         processes_timeout: float | None = DEFAULT_PROCESSES_TIMEOUT) -> dict[str, t.Any]:
-    collector = Reader(nv, gather, processes_timeout)
+                         timeout: float | None = DEFAULT_TIMEOUT, on_hang: t.Callable[[], None] | None = None) -> dict[str, t.Any]:
+    collector = Reader(nv, gather)
     error_cls = collector.error_cls
-    try:
-        result["driver"]["version"] = to_text(collector.call("driver", "nvmlSystemGetDriverVersion"))
-        result["driver"]["nvml_version"] = to_text(collector.call("driver", "nvmlSystemGetNVMLVersion"))
-        result["driver"]["cuda_version"] = cuda_version_from_int(collector.call("driver", "nvmlSystemGetCudaDriverVersion"))
-    except GpuLost:
-        pass
-    try:
-        count = nv.nvmlDeviceGetCount()
-    except error_cls as exc:
+
+    def hang() -> None:
+        if on_hang is not None:
+            on_hang()
+
+    def system() -> tuple[dict[str, t.Any], t.Any]:
+        driver: dict[str, t.Any] = {}
+        try:
+            driver["version"] = to_text(collector.call("driver", "nvmlSystemGetDriverVersion"))
+            driver["nvml_version"] = to_text(collector.call("driver", "nvmlSystemGetNVMLVersion"))
+            driver["cuda_version"] = cuda_version_from_int(collector.call("driver", "nvmlSystemGetCudaDriverVersion"))
+        except GpuLost:
+            pass
+        return driver, nv.nvmlDeviceGetCount()
+
+    finished, value, exc = bounded(system, timeout)
+    if not finished:
+        hang()
+        result["message"] = "NVML: the driver version and the device count were not read within %s s (nvml_timeout)" % timeout
+        return result
+    if exc is not None:
+        if not isinstance(exc, error_cls):
+            raise exc
         result["state"] = error_state(nv, exc)
         result["message"] = "NVML: nvmlDeviceGetCount failed: %s" % describe(exc)
         return result
+    driver, count = value
+    result["driver"].update(driver)
+    if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+        result["message"] = "NVML: nvmlDeviceGetCount returned %r, not a count" % (count,)
+        return result
+    gather_set = collector.gather
     gpus: list[dict[str, t.Any]] = []
     handles: list[t.Any] = []
+    hung: str | None = None
     for index in range(count):
-        handle = None
         record = empty_gpu_record(index)
         record["source"] = "nvml"
-        try:
+        if hung is not None:
+            gpus.append(_hung_record(record, gather_set, "not read: NVML did not answer within %s s for %s (nvml_timeout)" % (timeout, hung)))
+            handles.append(None)
+            continue
+
+        def read(record: dict[str, t.Any] = record, index: int = index) -> t.Any:
             handle = nv.nvmlDeviceGetHandleByIndex(index)
             collector.fill_gpu(record, handle)
             if extend is not None:
                 extend(record, handle, collector)
-        except GpuLost as exc:
+            return handle
+
+        finished, handle, exc = bounded(read, timeout)
+        if not finished:
+            hung = "GPU %d" % index
+            hang()
+            # The blocked thread still holds the record it was filling: report a fresh one.
+            record = empty_gpu_record(index)
+            record["source"] = "nvml"
+            gpus.append(_hung_record(record, gather_set, "NVML did not answer within %s s while reading GPU %d (nvml_timeout); "
+                                                         "the GPUs after it were not read" % (timeout, index)))
+            handles.append(None)
+            continue
+        if isinstance(exc, GpuLost):
             record["state"] = STATE_GPU_LOST
             record["message"] = "NVML reports GPU %d as lost: %s" % (index, exc)
             handle = None
-        except error_cls as exc:
+        elif isinstance(exc, error_cls):
             state = error_state(nv, exc)
             if state not in (STATE_GPU_LOST, STATE_NO_PERMISSION):
                 state = STATE_ERROR
             record["state"] = state
             record["message"] = "NVML: GPU %d: nvmlDeviceGetHandleByIndex failed: %s" % (index, describe(exc))
             handle = None
-        if "processes" in collector.gather and record["state"] != STATE_OK:
+        elif exc is not None:
+            raise exc
+        if "processes" in gather_set and record["state"] != STATE_OK:
             processes_unknown(record)
         gpus.append(record)
         handles.append(handle)
-    if "topology" in collector.gather:
-        collector.topology(gpus, handles)
+    if "topology" in gather_set:
+        if hung is not None:
+            result["messages"].append("NVML: the topology was not read: %s did not answer" % hung)
+        else:
+            finished, _value, exc = bounded(lambda: collector.topology(gpus, handles), timeout)
+            if not finished:
+                hang()
+                for record in gpus:
+                    record["topology"] = None
+                collector.messages.append("NVML: the topology was not read within %s s (nvml_timeout)" % timeout)
+            elif exc is not None:
+                raise exc
     result["gpus"] = gpus
-    result["messages"] = collector.messages
+    result["messages"] = result["messages"] + collector.messages
     result["available"] = True
     result["state"] = STATE_OK
     return result

@@ -885,6 +885,7 @@ def report(host: t.Mapping[str, t.Any], after: t.Mapping[t.Any, t.Mapping[str, t
                 "settings": plan["after"],
                 "pending": pending,
                 "processes": after_view.get("processes") or [],
+                "processes_error": after_view.get("processes_error"),
             }
         )
     count = sum(len(p["changes"]) for p in plans)

@@ -72,13 +72,16 @@ options:
     type: path
     default: /
     aliases: [sysfs_root]
-  processes_timeout:
+  nvml_timeout:
     description:
-      - With O(gather) containing V(processes), the seconds one GPU's NVML process queries may take. A query that
-        does not return in time (a wedged driver) leaves that GPU's processes, and those of every GPU after it,
-        unknown (null, with RV(ansible_facts.nvidia_gpu.gpus[].processes_error)) instead of hanging the task.
-      - The queries run in a thread of their own, which is left blocked in NVML when it times out. V(0) waits
-        without a bound.
+      - The seconds NVML may take, after C(nvmlInit), for the driver version and device count, for all the reads of one
+        GPU, and for the topology. A wedged driver can block an NVML call for minutes; a step that does not finish in
+        time is reported instead of hanging the task. A GPU not read in time has RV(ansible_facts.nvidia_gpu.gpus[].state)
+        V(error), and its processes are unknown (null, with RV(ansible_facts.nvidia_gpu.gpus[].processes_error)); the
+        GPUs after it are not asked (each would wait as long again), and their processes are unknown too.
+      - Each step runs in a thread of its own, which is left blocked in NVML when it times out (C(nvmlShutdown) is
+        then skipped). V(0) reads in the module's own thread, without a bound. C(nvmlInit) itself is not bounded, since it can
+        legitimately take seconds per GPU without persistence mode.
     type: float
     default: 10
 seealso:
@@ -483,7 +486,7 @@ ansible_facts:
                 - Null when RV(ansible_facts.nvidia_gpu.gpus[].processes) was read. Otherwise why it could not be,
                   and the processes are null - for example an NVML error on a process query (V(NoPermission),
                   V(NotSupported), V(Unknown), V(Uninitialized), V(GpuIsLost)), a MIG device that could not be read,
-                  a query that did not return within O(processes_timeout), a C(nvidia-smi) GPU element without
+                  NVML not answering within O(nvml_timeout), a C(nvidia-smi) GPU element without
                   C(<processes>) or with V(N/A) there, a process without a readable pid, a GPU whose state is not
                   V(ok), or a GPU seen only on PCI.
               returned: when O(gather) contains V(processes)
@@ -744,20 +747,20 @@ def main() -> None:
             backends=dict(type="list", elements="str", choices=list(_facts.BACKENDS), default=list(_facts.BACKENDS)),
             gather=dict(type="list", elements="str", choices=list(_facts.GATHER), default=[]),
             root=dict(type="path", default="/", aliases=["sysfs_root"]),
-            processes_timeout=dict(type="float", default=_nvml.DEFAULT_PROCESSES_TIMEOUT),
+            nvml_timeout=dict(type="float", default=_nvml.DEFAULT_TIMEOUT),
         ),
         supports_check_mode=True,
     )
     # The root is checked before anything is read under it: a root that is not a directory would report no_gpu.
     errors = _facts.root_errors(module.params["root"])
-    timeout = module.params["processes_timeout"]
+    timeout = module.params["nvml_timeout"]
     if not math.isfinite(timeout) or timeout < 0 or timeout > _MAX_TIMEOUT:
-        errors.append("processes_timeout %r is not a number of seconds from 0 to %d; give for example 10, or 0 for no bound"
+        errors.append("nvml_timeout %r is not a number of seconds from 0 to %d; give for example 10, or 0 for no bound"
                       % (timeout, _MAX_TIMEOUT))
     if errors:
         module.fail_json(msg="; ".join(errors) + "; the GPU facts were not gathered", errors=errors, messages=errors)
     facts = _facts.gather_on_host(module, module.params["backends"], module.params["gather"], module.params["root"],
-                                  processes_timeout=timeout or None)
+                                  nvml_timeout=timeout or None)
     module.exit_json(changed=False, ansible_facts={"nvidia_gpu": facts})
 
 

@@ -395,7 +395,7 @@ def test_documented_topology_peer_keys(fake_nvml, host_tree, run_module):
 
 def test_argument_spec_matches_documentation():
     doc = yaml.safe_load(nvidia_gpu_facts.DOCUMENTATION)["options"]
-    assert set(doc) == {"backends", "gather", "root", "processes_timeout"}
-    assert doc["processes_timeout"]["default"] == _nvml.DEFAULT_PROCESSES_TIMEOUT
+    assert set(doc) == {"backends", "gather", "root", "nvml_timeout"}
+    assert doc["nvml_timeout"]["default"] == _nvml.DEFAULT_TIMEOUT
     assert doc["backends"]["default"] == ["nvml", "nvidia-smi", "pci"]
     assert doc["gather"]["choices"] == ["processes", "utilization", "topology", "health"] == list(_facts.GATHER)

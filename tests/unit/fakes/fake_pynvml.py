@@ -259,8 +259,7 @@ class FakeNVML:
 
     def nvmlDeviceGetCount(self) -> int:
         self._check("nvmlDeviceGetCount")
-        if self.nvml.get("count_error"):
-            raise error(self.nvml["count_error"])
+        self._fail(self.nvml.get("count_error"), "nvmlDeviceGetCount", None)
         return len(self.visible_gpus)
 
     def nvmlDeviceGetHandleByIndex(self, index: int) -> Device:
@@ -269,9 +268,7 @@ class FakeNVML:
         if not 0 <= index < len(gpus):
             raise error("InvalidArgument")
         device = Device(self, gpus[index], index)
-        failure = gpus[index]["errors"].get("nvmlDeviceGetHandleByIndex")
-        if failure:
-            raise error(failure)
+        self._fail(gpus[index]["errors"].get("nvmlDeviceGetHandleByIndex"), "nvmlDeviceGetHandleByIndex", index)
         return device
 
     # device getters
