@@ -281,7 +281,7 @@ gpus:
     processes_error:
       description:
         - Null when the processes were read. Otherwise why they could not be (then RV(gpus[].processes) is empty but
-          not known to be): the GPU is not reset and no MIG instance is destroyed without knowing it is idle.
+          not known to be); the GPU is not reset and no MIG instance is destroyed without knowing it is idle.
       returned: always
       type: str
       sample: null
