@@ -5,8 +5,8 @@
 """playbooks/upgrade.yml's busy-GPU guard fails closed: GPUs whose processes cannot be read refuse the upgrade (or are
 waited for), gpuhost_upgrade_busy: force goes ahead and says so, and check mode predicts every refusal.
 
-One roll of many local hosts (max_fail_percentage 100, so that every host reaches its guard), each with its own
-synthetic GPU facts (gpuhost_upgrade_facts), run for real and in check mode; the roles are switched off.
+One roll of many local hosts in one batch (max_fail_percentage 100, so that every host reaches its guard), each with
+its own synthetic GPU facts (gpuhost_upgrade_facts), run for real and in check mode; the roles are switched off.
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def _roll(tmp_path: Path, *extra: str) -> dict:
     (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inventory))
     env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json", ANSIBLE_NOCOLOR="1", ANSIBLE_LOCALHOST_WARNING="0")
     proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(tmp_path / "inventory.yml"),
-                           str(PLAYBOOK), *extra], env=env, capture_output=True, text=True, check=False, timeout=500)
+                           str(PLAYBOOK), "-f", "8", "-e", "gpuhost_upgrade_serial=100%", *extra], env=env, capture_output=True, text=True, check=False, timeout=500)
     try:
         return json.loads(proc.stdout)
     except json.JSONDecodeError as exc:
