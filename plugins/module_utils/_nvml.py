@@ -30,6 +30,7 @@ processes; the GPUs after it are not asked (each would wait as long again), nor 
 
 from __future__ import annotations
 
+import functools
 import re
 import sys
 import threading
@@ -588,6 +589,15 @@ def bounded(func: t.Callable[[], t.Any], timeout: float | None) -> tuple[bool, t
     return True, box.get("value"), box.get("error")
 
 
+def _read_gpu(nv: t.Any, collector: Reader, record: dict[str, t.Any], index: int, extend: Extension | None) -> t.Any:
+    """One GPU's reads into ``record`` (in place, so that a GPU lost half-way keeps what was read); its handle."""
+    handle = nv.nvmlDeviceGetHandleByIndex(index)
+    collector.fill_gpu(record, handle)
+    if extend is not None:
+        extend(record, handle, collector)
+    return handle
+
+
 def _hung_record(record: dict[str, t.Any], gather: set[str], message: str) -> dict[str, t.Any]:
     record["state"] = STATE_ERROR
     record["message"] = message
@@ -643,14 +653,7 @@ def _collect_initialised(nv: t.Any, gather: t.Iterable[str], result: dict[str, t
             handles.append(None)
             continue
 
-        def read(record: dict[str, t.Any] = record, index: int = index) -> t.Any:
-            handle = nv.nvmlDeviceGetHandleByIndex(index)
-            collector.fill_gpu(record, handle)
-            if extend is not None:
-                extend(record, handle, collector)
-            return handle
-
-        finished, handle, exc = bounded(read, timeout)
+        finished, handle, exc = bounded(functools.partial(_read_gpu, nv, collector, record, index, extend), timeout)
         if not finished:
             hung = "GPU %d" % index
             hang()
