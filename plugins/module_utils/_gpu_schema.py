@@ -22,6 +22,7 @@ from __future__ import annotations
 import typing as t
 from collections.abc import Mapping
 
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _pci
 from ansible_collections.gpuhost.nvidia.plugins.module_utils._common import STATE_NO_GPU, STATE_OK, STATE_PCI_ONLY
 
 # NVML's nvmlComputeMode_t values -> the facts' ``compute_mode``. nvidia-smi prints the same names capitalised
@@ -82,10 +83,6 @@ def empty_gpu_record(index: int | None) -> dict[str, t.Any]:
     }
 
 
-# Drivers under which no process NVIDIA's tools list can use a GPU (the PCI scan's passthrough drivers).
-PASSTHROUGH_DRIVERS = ("vfio-pci", "pci-stub")
-
-
 def _short(value: t.Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
@@ -121,7 +118,8 @@ def processes_unknown(record: dict[str, t.Any], reason: str | None = None) -> No
 def _excused(gpu: Mapping, module_loaded: t.Any) -> str | None:
     """Why no process NVIDIA's tools list can use this GPU whatever its process list says, or None."""
     bound = gpu.get("bound_driver")
-    if bound in PASSTHROUGH_DRIVERS:
+    # No process NVIDIA's tools list can use a GPU held by a passthrough driver.
+    if bound in _pci.PASSTHROUGH_DRIVERS:
         return "bound to %s" % bound
     if gpu.get("state") == STATE_PCI_ONLY and bound is None and "bound_driver" in gpu:
         return "no driver bound"
