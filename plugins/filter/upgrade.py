@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""Filters of the rolling upgrade (playbooks/upgrade.yml): gpu_busy_processes, gpu_upgrade_summary.
+"""Filters of the rolling upgrade (playbooks/upgrade.yml): gpu_busy_processes, gpu_busy_unknown, gpu_upgrade_summary.
 
 Their documentation is in the sidecar .yml files.
 """
@@ -15,6 +15,7 @@ from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.gpuhost.nvidia.plugins.module_utils._gpu_schema import process_view
 from ansible_collections.gpuhost.nvidia.plugins.plugin_utils._filter_args import guarded, sequence
 
 # The columns of the summary table, in order, with the entry key each one shows.
@@ -22,27 +23,34 @@ COLUMNS = (("HOST", "host"), ("STATUS", "status"), ("STEP", "step"), ("DRIVER", 
            ("REBOOTED", "rebooted"), ("NOTE", "message"))
 
 
+def _facts_or_none(facts: t.Any, name: str) -> t.Any:
+    if facts is not None and not isinstance(facts, Mapping):
+        raise AnsibleFilterError("%s expects the GPU facts (a dict), got %s" % (name, type(facts).__name__))
+    return facts
+
+
 def gpu_busy_processes(facts: t.Any) -> list[str]:
-    """The processes the GPU facts list, one line each: ``name (pid N) on GPU i [MIG gi/ci], M MiB``."""
-    if facts is None:
+    """The processes the GPU facts list, one line each: ``name (pid N) on GPU i [MIG gi/ci], M MiB``. A GPU whose
+    processes cannot be known adds nothing here: gpu_busy_unknown names it."""
+    if _facts_or_none(facts, "gpu_busy_processes") is None:
         return []
-    if not isinstance(facts, Mapping):
-        raise AnsibleFilterError("gpu_busy_processes expects the GPU facts (a dict), got %s" % type(facts).__name__)
     found = []
-    for gpu in facts.get("gpus") or []:
-        if not isinstance(gpu, Mapping):
-            continue
-        where = "GPU %s" % (gpu.get("index") if gpu.get("index") is not None else gpu.get("pci_bus_id") or "?")
-        for proc in gpu.get("processes") or []:
-            if not isinstance(proc, Mapping):
-                continue
-            line = "%s (pid %s) on %s" % (proc.get("name") or "?", proc.get("pid", "?"), where)
-            if proc.get("gpu_instance_id") is not None:
-                line += " MIG %s/%s" % (proc.get("gpu_instance_id"), proc.get("compute_instance_id"))
-            if proc.get("used_memory_mib") is not None:
-                line += ", %s MiB" % proc["used_memory_mib"]
-            found.append(line)
+    for proc in process_view(facts)["processes"]:
+        line = "%s (pid %s) on %s" % (proc.get("name") or "?", proc["pid"], proc["where"])
+        if proc.get("gpu_instance_id") is not None:
+            line += " MIG %s/%s" % (proc.get("gpu_instance_id"), proc.get("compute_instance_id"))
+        if proc.get("used_memory_mib") is not None:
+            line += ", %s MiB" % proc["used_memory_mib"]
+        found.append(" ".join(line.split()))
     return found
+
+
+def gpu_busy_unknown(facts: t.Any) -> list[str]:
+    """One line per GPU whose processes cannot be known, with why (``GPU 0: <reason>``); one line for facts that are
+    missing (null) or have no GPU list. Empty when every GPU's processes were read."""
+    _facts_or_none(facts, "gpu_busy_unknown")
+    return [" ".join(("%s: %s" % (u["gpu"], u["reason"]) if u["gpu"] else u["reason"]).split())
+            for u in process_view(facts)["unknown"]]
 
 
 # A host's error text reaches the table: no control character (an ESC would restyle the terminal, a CR overwrite the
@@ -109,5 +117,6 @@ class FilterModule:
     def filters(self) -> dict[str, t.Callable[..., t.Any]]:
         return guarded({
             "gpu_busy_processes": gpu_busy_processes,
+            "gpu_busy_unknown": gpu_busy_unknown,
             "gpu_upgrade_summary": gpu_upgrade_summary,
         })

@@ -30,6 +30,8 @@ import re
 import time
 import typing as t
 
+from ansible_collections.gpuhost.nvidia.plugins.module_utils._gpu_schema import describe_unknown, process_view
+
 ENGINES = {"docker": "docker.service", "containerd": "containerd.service", "crio": "crio.service"}
 POLICIES = ("if_idle", "always", "never")
 # What systemctl show is asked for each unit.
@@ -79,33 +81,17 @@ def container_of(cgroup_text: str) -> dict[str, str] | None:
 
 
 def gpu_processes(facts: t.Any) -> tuple[list[dict[str, t.Any]], str | None]:
-    """The GPU processes the facts list, and why they cannot be known (None when they can).
+    """The GPU processes the facts list, and why they cannot all be known (None when they can).
 
-    Unknown: a loaded nvidia module and a GPU whose ``processes`` is null or missing (the facts were gathered without
-    ``processes``, or the source could not tell). No loaded module means no process can use a GPU.
+    The facts' own reading (_gpu_schema.process_view): unknown when the facts are missing or malformed, were gathered
+    without ``processes``, or a GPU's processes could not be read (null, ``processes_error``), its state is not ok, or
+    it is bound to nvidia but unlisted. Never raises, whatever ``facts`` holds.
     """
-    if not isinstance(facts, dict):
-        return [], "no GPU facts were given"
-    found: list[dict[str, t.Any]] = []
-    unknown: list[str] = []
-    for gpu in facts.get("gpus") or []:
-        if not isinstance(gpu, dict):
-            continue
-        where = gpu.get("index") if gpu.get("index") is not None else gpu.get("pci_bus_id")
-        procs = gpu.get("processes")
-        if procs is None:
-            if gpu.get("index") is not None:
-                unknown.append(str(where))
-            continue
-        for proc in procs:
-            pid = proc.get("pid") if isinstance(proc, dict) else None
-            if isinstance(pid, str) and pid.isdigit():
-                pid = int(pid)
-            if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0:
-                found.append({"pid": pid, "name": proc.get("name"), "gpu": where})
-    loaded = (facts.get("driver") or {}).get("kernel_module_loaded")
-    if unknown and loaded:
-        return found, "the GPU facts do not list the processes of GPU %s (state %s)" % (", ".join(unknown), facts.get("state"))
+    view = process_view(facts)
+    found = [{"pid": proc["pid"], "name": proc.get("name") if isinstance(proc.get("name"), str) else None, "gpu": proc["gpu"]}
+             for proc in view["processes"]]
+    if view["unknown"]:
+        return found, "the GPU processes cannot be read (%s)" % describe_unknown(view["unknown"])
     return found, None
 
 
@@ -187,7 +173,8 @@ def plan(policy: str, engines: list[dict[str, t.Any]], containers: list[dict[str
             result["pending"].append(unit)
             result["messages"].append(
                 "%s restart pending (restart policy if_idle): %s, but %s. It was not restarted; the next run restarts "
-                "it once they have stopped, or restart it yourself (systemctl restart %s)." % (unit, why, because, unit))
+                "it once %s, or restart it yourself (systemctl restart %s), or set the restart policy to always."
+                % (unit, why, because, "they have stopped" if blocking else "the GPU processes can be read and none blocks it", unit))
         else:
             entry["action"] = "restart"
             entry["reason"] = why + (" (live-restore keeps its containers running)" if entry["live_restore"] else "")

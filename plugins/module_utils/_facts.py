@@ -17,7 +17,7 @@ import re
 import typing as t
 
 from ansible_collections.gpuhost.nvidia.plugins.module_utils import _catalog, _files, _kernels, _nvml, _pci, _smi, _validate
-from ansible_collections.gpuhost.nvidia.plugins.module_utils._gpu_schema import empty_gpu_record, onoff
+from ansible_collections.gpuhost.nvidia.plugins.module_utils._gpu_schema import empty_gpu_record, onoff, processes_unknown
 from ansible_collections.gpuhost.nvidia.plugins.module_utils._common import (
     STATE_DRIVER_NOT_LOADED,
     STATE_ERROR,
@@ -85,6 +85,10 @@ def _optional_keys(record: dict[str, t.Any], gather: set[str]) -> None:
         record.setdefault("power_draw_w", None)
     if "processes" in gather:
         record.setdefault("processes", None)
+        record.setdefault("processes_error", None)
+        if record["state"] != STATE_OK or record["processes"] is None:
+            # A GPU whose state is not ok, or whose source did not list its processes: unknown, never "none".
+            processes_unknown(record, record["processes_error"])
     if "topology" in gather:
         record.setdefault("topology", None)
     if "health" in gather:
@@ -125,7 +129,8 @@ def root_errors(root: t.Any, option: str = "root") -> list[str]:
     return errors
 
 
-def gather_on_host(module: t.Any, backends: t.Iterable[str] = BACKENDS, gather: t.Iterable[str] = (), root: str = "/") -> dict[str, t.Any]:
+def gather_on_host(module: t.Any, backends: t.Iterable[str] = BACKENDS, gather: t.Iterable[str] = (), root: str = "/",
+                   nvml_timeout: float | None = _nvml.DEFAULT_TIMEOUT) -> dict[str, t.Any]:
     """:func:`gather_facts` on the managed host, from a module: ``nvidia-smi`` found on the module's PATH and run in the C
     locale. The one place both nvidia_gpu_facts and nvidia_gpu_doctor (which gathers in-process when it is not handed
     facts) gather with. A read error fails the module, naming the root."""
@@ -137,7 +142,8 @@ def gather_on_host(module: t.Any, backends: t.Iterable[str] = BACKENDS, gather: 
         return rc, out, err
 
     try:
-        return gather_facts(backends=backends, gather=gather, root=root, smi_run=run_smi, smi_binary=smi_binary)
+        return gather_facts(backends=backends, gather=gather, root=root, smi_run=run_smi, smi_binary=smi_binary,
+                            nvml_timeout=nvml_timeout)
     except OSError as exc:
         module.fail_json(msg="Reading the host's GPU state under %s failed: %s" % (root, exc))
     raise AssertionError("fail_json returned")  # pragma: no cover
@@ -151,8 +157,10 @@ def gather_facts(
     smi_binary: str | None = None,
     nv: t.Any = None,
     kernel_release: str | None = None,
+    nvml_timeout: float | None = _nvml.DEFAULT_TIMEOUT,
 ) -> dict[str, t.Any]:
-    """Build ``ansible_facts.nvidia_gpu``. ``nv`` overrides the pynvml module (tests); PCI always runs."""
+    """Build ``ansible_facts.nvidia_gpu``. ``nv`` overrides the pynvml module (tests); PCI always runs.
+    ``nvml_timeout``: seconds each bounded NVML step may take (_nvml; None: no bound)."""
     backends = list(backends)
     gather_set = set(gather)
     pci = _pci.scan(root, kernel_release)
@@ -165,7 +173,7 @@ def gather_facts(
     source = "pci"
 
     if "nvml" in backends:
-        result = _nvml.collect(gather_set, nv)
+        result = _nvml.collect(gather_set, nv, timeout=nvml_timeout)
         if result["available"]:
             rich, source = result, "nvml"
         else:

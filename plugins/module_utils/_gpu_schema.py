@@ -10,13 +10,20 @@ Every reader (NVML in _nvml, ``nvidia-smi -q -x`` in _smi, the PCI scan through 
 :func:`empty_gpu_record`, so a GPU has every key whichever source saw it. The compute mode names and the on/off
 words are defined here once: the facts, the settings planner and the boot script's tests read them from here.
 The nvidia_gpu_facts module's RETURN block documents each key.
+
+The GPU processes are a list when they were read, and null with ``processes_error`` (the reason) when they could not
+be: "could not read" is never an empty list. :func:`process_view` is the one reading of them that every guard (the
+engine restart plan, the rolling upgrade, vfio, the settings' reset, the doctor) shares: the processes found, and
+the GPUs whose processes are unknown, each with why.
 """
 
 from __future__ import annotations
 
 import typing as t
+from collections.abc import Mapping
 
-from ansible_collections.gpuhost.nvidia.plugins.module_utils._common import STATE_OK
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _pci
+from ansible_collections.gpuhost.nvidia.plugins.module_utils._common import STATE_NO_GPU, STATE_OK, STATE_PCI_ONLY
 
 # NVML's nvmlComputeMode_t values -> the facts' ``compute_mode``. nvidia-smi prints the same names capitalised
 # (``Exclusive_Process``; older drivers ``Exclusive Process``).
@@ -91,6 +98,7 @@ GPU_SCHEMA: dict[str, t.Any] = {
     "utilization": (dict, {"gpu": _COUNT, "memory": _COUNT}), "temperature_c": int, "power_draw_w": _NUMBER,
     "processes": (list, (dict, {"pid": _COUNT, "type": str, "name": str, "used_memory_mib": _COUNT, "gpu_instance_id": _COUNT,
                                 "compute_instance_id": _COUNT})),
+    "processes_error": str,
     "topology": (dict, {"nvlink_active_links": _COUNT, "peers": (list, (dict, {"index": _COUNT, "pci_bus_id": str, "link": str}))}),
     "health": (dict, {"throttle_reasons": (list, str), "pcie": (dict, {}), "ecc_errors": (dict, {}), "retired_pages": (dict, {}),
                       "remapped_rows": (dict, {})}),
@@ -99,7 +107,7 @@ FACTS_SCHEMA: dict[str, t.Any] = {
     "present": bool, "source": str, "state": str, "messages": (list, str),
     "driver": (dict, {"version": str, "branch": str, "cuda_version": str, "kernel_module_type": str, "kernel_module_loaded": bool,
                       "kernel_module_version": str, "nvml_version": str, "library_version": str,
-                      "library_paths": (dict, {"nvml": str, "cuda": str})}),
+                      "library_paths": (dict, {"nvml": str, "cuda": str}), "library_files": (dict, {"nvml": str, "cuda": str})}),
     "gpus": (list, (dict, GPU_SCHEMA)),
     "pci_functions": (list, (dict, {"pci_bus_id": str, "pci_device_id": str, "subsystem_id": str, "class": str, "type": str,
                                     "bound_driver": str, "iommu_group": _COUNT, "numa_node": int})),
@@ -176,3 +184,116 @@ def facts_error(facts: t.Any, option: str = "facts") -> str | None:
         return None
     shown = "; ".join(problems[:5]) + ("; and %d more" % (len(problems) - 5) if len(problems) > 5 else "")
     return "%s: %s: pass ansible_facts.nvidia_gpu as gpuhost.nvidia.nvidia_gpu_facts returns it" % (option, shown)
+
+
+def _short(value: t.Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def gpu_where(gpu: t.Any, position: int | None = None) -> str:
+    """How a GPU is named in messages: ``GPU 0``, ``GPU 0000:17:00.0`` (no index), or ``gpus[3]``."""
+    if isinstance(gpu, Mapping):
+        if isinstance(gpu.get("index"), int) and not isinstance(gpu.get("index"), bool):
+            return "GPU %d" % gpu["index"]
+        if isinstance(gpu.get("pci_bus_id"), str) and gpu["pci_bus_id"]:
+            return "GPU %s" % gpu["pci_bus_id"][:40]
+    return "gpus[%s]" % ("?" if position is None else position)
+
+
+def unknown_reason(record: Mapping) -> str:
+    """Why a GPU record that has no process list has none, from its state and binding."""
+    state = record.get("state")
+    message = record.get("message")
+    if state == STATE_PCI_ONLY:
+        return "no source read its processes: %s" % (message or "seen on the PCI bus only")
+    if state not in (None, STATE_OK):
+        return "its state is %s%s" % (state, ": %s" % message if message else "")
+    return "the processes were not read"
+
+
+def processes_unknown(record: dict[str, t.Any], reason: str | None = None) -> None:
+    """Mark a GPU record's processes unknown: null, with the reason in ``processes_error``."""
+    record["processes"] = None
+    record["processes_error"] = reason or unknown_reason(record)
+
+
+def _excused(gpu: Mapping, module_loaded: t.Any) -> str | None:
+    """Why no process NVIDIA's tools list can use this GPU whatever its process list says, or None."""
+    bound = gpu.get("bound_driver")
+    # No process NVIDIA's tools list can use a GPU held by a passthrough driver.
+    if bound in _pci.PASSTHROUGH_DRIVERS:
+        return "bound to %s" % bound
+    if gpu.get("state") == STATE_PCI_ONLY and bound is None and "bound_driver" in gpu:
+        return "no driver bound"
+    if module_loaded is False and bound != "nvidia":
+        return "the nvidia kernel module is not loaded"
+    return None
+
+
+def process_view(facts: t.Any) -> dict[str, t.Any]:
+    """The GPU processes of ``ansible_facts.nvidia_gpu`` as the guards read them: never raises.
+
+    Returns ``{"processes": [...], "unknown": [...]}``. ``processes``: each listed process with the GPU it runs on
+    (``gpu``: the index, else the PCI address) and ``where`` (``GPU 0``). ``unknown``: ``{"gpu", "reason"}`` for each
+    GPU whose processes cannot be known: the facts are missing or malformed, were gathered without ``processes``,
+    the source could not read them (``processes_error``), the GPU's state is not ok, or an entry has no readable pid.
+    A GPU bound to vfio-pci or pci-stub, one with no driver bound, and any GPU not bound to nvidia while the nvidia
+    module is not loaded are idle: no process NVIDIA's tools list can use them.
+    """
+    found: list[dict[str, t.Any]] = []
+    unknown: list[dict[str, t.Any]] = []
+    if not isinstance(facts, Mapping):
+        what = "none were given" if facts is None else "they are %s %s, not a dict" % (type(facts).__name__, _short(facts))
+        return {"processes": [], "unknown": [{"gpu": None, "reason": "no GPU facts: %s" % what}]}
+    gpus = facts.get("gpus")
+    driver = facts.get("driver")
+    module_loaded = driver.get("kernel_module_loaded") if isinstance(driver, Mapping) else None
+    if not isinstance(gpus, list):
+        reason = "the GPU facts have no GPU list (gpus is %s)" % ("missing" if "gpus" not in facts else _short(gpus))
+        return {"processes": [], "unknown": [{"gpu": None, "reason": reason}]}
+    if not gpus and facts.get("present") is True:
+        reason = "the GPU facts list no GPU although one is present (state %s)" % _short(facts.get("state"))
+        return {"processes": [], "unknown": [{"gpu": None, "reason": reason}]}
+    if not gpus and facts.get("present") is not False and facts.get("state") != STATE_NO_GPU and module_loaded is not False:
+        reason = "the GPU facts list no GPU and do not say that there is none (present %s, state %s)" % (
+            _short(facts.get("present")), _short(facts.get("state")))
+        return {"processes": [], "unknown": [{"gpu": None, "reason": reason}]}
+    for position, gpu in enumerate(gpus):
+        where = gpu_where(gpu, position)
+        if not isinstance(gpu, Mapping):
+            unknown.append({"gpu": where, "reason": "not a GPU record: %s" % _short(gpu)})
+            continue
+        if _excused(gpu, module_loaded):
+            continue
+        ident = gpu.get("index") if isinstance(gpu.get("index"), int) else gpu.get("pci_bus_id")
+        procs = gpu.get("processes")
+        error = gpu.get("processes_error")
+        if "processes" not in gpu:
+            reason = "the facts were gathered without the processes (gather: [processes])"
+        elif error:
+            reason = str(error)
+        elif gpu.get("state", STATE_OK) != STATE_OK:
+            reason = unknown_reason(gpu)
+        elif procs is None:
+            reason = "its processes are null, so they were not read"
+        elif not isinstance(procs, list):
+            reason = "its processes are %s, not a list" % _short(procs)
+        else:
+            reason = None
+            for proc in procs:
+                pid = proc.get("pid") if isinstance(proc, Mapping) else None
+                if isinstance(pid, str) and pid.isdigit():
+                    pid = int(pid)
+                if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+                    reason = "a process entry without a readable pid: %s" % _short(proc)
+                    break
+                found.append(dict(proc, pid=pid, gpu=ident, where=where))
+        if reason:
+            unknown.append({"gpu": where, "reason": reason})
+    return {"processes": found, "unknown": unknown}
+
+
+def describe_unknown(unknown: t.Iterable[Mapping]) -> str:
+    """``GPU 0: <reason>; GPU 1: <reason>``."""
+    return "; ".join("%s: %s" % (u["gpu"], u["reason"]) if u.get("gpu") else str(u["reason"]) for u in unknown)

@@ -15,18 +15,31 @@ and tests can put a fake module in ``sys.modules['pynvml']``. NVML errors map to
 LibraryNotFound -> library_not_found, DriverNotLoaded -> driver_not_loaded, NoPermission -> no_permission,
 LibRmVersionMismatch -> driver_version_mismatch, GpuIsLost -> that GPU's state gpu_lost. A field the GPU does not
 support (NotSupported) is None.
+
+The processes are the exception to "None when not given": a guard reads them to decide whether a GPU is idle, so
+any failure to read them (NoPermission, NotSupported, Unknown, Uninitialized, a missing function) makes ``processes``
+None and ``processes_error`` the reason, never an empty list. With MIG on, NVML lists a process on the MIG device
+handle it runs on (the GPU handle only gives the aggregate to a privileged caller), so the processes of every MIG
+device are read too.
+
+A wedged driver can block an NVML call for minutes. After ``nvmlInit``, the system reads (driver version, device
+count), each GPU's reads and the topology each run in a daemon thread given ``timeout`` seconds (the nvidia_gpu_facts
+option ``nvml_timeout``). A GPU whose reads do not finish in time is reported with state ``error`` and unknown
+processes; the GPUs after it are not asked (each would wait as long again), nor is ``nvmlShutdown``.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 import sys
+import threading
 import traceback
 import types
 import typing as t
 
 from ansible_collections.gpuhost.nvidia.plugins.module_utils import _catalog
-from ansible_collections.gpuhost.nvidia.plugins.module_utils._gpu_schema import compute_mode_name, empty_gpu_record
+from ansible_collections.gpuhost.nvidia.plugins.module_utils._gpu_schema import compute_mode_name, empty_gpu_record, processes_unknown
 from ansible_collections.gpuhost.nvidia.plugins.module_utils._common import (
     STATE_DRIVER_NOT_LOADED,
     STATE_ERROR,
@@ -91,6 +104,18 @@ _TOPOLOGY_LEVELS = {
 }
 
 _NA_32 = 0xFFFFFFFF
+
+# Seconds the reads of one GPU (or the system reads, or the topology) may take before they count as hung. NVML answers
+# in milliseconds once initialised; the nvidia_gpu_facts option nvml_timeout overrides it.
+DEFAULT_TIMEOUT = 10.0
+
+
+# What :meth:`Reader.strict` returns for an error that means "there is none".
+ABSENT = object()
+
+
+class ProcessesUnknown(Exception):
+    """Raised inside a GPU's process read when one of its queries fails: the processes cannot be known."""
 
 
 class GpuLost(Exception):
@@ -207,7 +232,13 @@ class Reader:
             record["temperature_c"] = None if temperature is None else int(temperature)
             record["power_draw_w"] = _watts(self.call(label, "nvmlDeviceGetPowerUsage", handle))
         if "processes" in self.gather:
-            record["processes"] = self.processes(label, handle)
+            try:
+                record["processes"], record["processes_error"] = self.processes(label, handle)
+            except GpuLost:
+                raise
+            except Exception as exc:  # pylint: disable=broad-exception-caught
+                # A value NVML should never return (a pid that is not a number...): unknown, not a traceback.
+                record["processes"], record["processes_error"] = None, "reading the processes failed: %s" % describe(exc)
         if "health" in self.gather:
             record["health"] = self.health(label, handle)
 
@@ -270,13 +301,62 @@ class Reader:
         devices.sort(key=lambda d: (d["gi"] if d["gi"] is not None else -1, d["ci"] if d["ci"] is not None else -1))
         return devices
 
-    def processes(self, label: str, handle: t.Any) -> list[dict[str, t.Any]]:
+    def strict(self, func_name: str, *args: t.Any, absent: tuple[str, ...] = ()) -> t.Any:
+        """Call an NVML function whose failure leaves the processes unknown: ProcessesUnknown on any NVML error or a
+        function this nvidia-ml-py does not have; GpuLost on a lost GPU. The errors named in ``absent`` mean "there
+        is none" and return :data:`ABSENT`."""
+        func = getattr(self.nv, func_name, None)
+        if func is None:
+            raise ProcessesUnknown("this nvidia-ml-py has no %s" % func_name)
+        try:
+            return func(*args)
+        except self.error_cls as exc:
+            if _is(self.nv, exc, "NVMLError_GpuIsLost"):
+                raise GpuLost(describe(exc)) from exc
+            if absent and _is(self.nv, exc, *absent):
+                return ABSENT
+            raise ProcessesUnknown("%s failed: %s" % (func_name, describe(exc))) from exc
+
+    def processes(self, label: str, handle: t.Any) -> tuple[list[dict[str, t.Any]] | None, str | None]:
+        """The GPU's processes and None, or None and why they cannot be known. With MIG on, the processes of each MIG
+        device are read through its own handle as well. The process name alone may be unreadable (null)."""
         found: dict[int, dict[str, t.Any]] = {}
+        try:
+            self._add_processes(found, handle, None)
+            for mig, ids in self._mig_handles(handle):
+                self._add_processes(found, mig, ids)
+        except ProcessesUnknown as exc:
+            return None, str(exc)
+        for pid, entry in found.items():
+            entry["name"] = to_text(self.call(label, "nvmlSystemGetProcessName", pid))
+        return [found[pid] for pid in sorted(found)], None
+
+    def _add_processes(self, found: dict[int, dict[str, t.Any]], handle: t.Any, ids: tuple[t.Any, t.Any] | None) -> None:
         for kind, func in (("C", "nvmlDeviceGetComputeRunningProcesses"), ("G", "nvmlDeviceGetGraphicsRunningProcesses")):
-            for proc in self.call(label, func, handle) or []:
-                pid = int(proc.pid)
-                if pid in found:
-                    found[pid]["type"] = "C+G"
+            listed = self.strict(func, handle)
+            if listed is None:
+                listed = []
+            if not isinstance(listed, (list, tuple)):
+                raise ProcessesUnknown("%s returned %s, not a list" % (func, type(listed).__name__))
+            for proc in listed:
+                try:
+                    pid = int(proc.pid)
+                except (AttributeError, TypeError, ValueError) as exc:
+                    raise ProcessesUnknown("%s listed a process without a readable pid (%r)" % (func, proc)) from exc
+                if pid <= 0:
+                    raise ProcessesUnknown("%s listed a process with pid %d" % (func, pid))
+                gi = _na32(getattr(proc, "gpuInstanceId", None))
+                ci = _na32(getattr(proc, "computeInstanceId", None))
+                if ids is not None:
+                    gi = ids[0] if gi is None else gi
+                    ci = ids[1] if ci is None else ci
+                entry = found.get(pid)
+                if entry is not None:
+                    if entry["type"] != kind and not entry.get("_seen_" + kind):
+                        entry["type"] = "C+G"
+                    entry["_seen_" + kind] = True
+                    if entry["gpu_instance_id"] is None:
+                        entry["gpu_instance_id"], entry["compute_instance_id"] = gi, ci
                     continue
                 used = getattr(proc, "usedGpuMemory", None)
                 found[pid] = {
@@ -284,12 +364,42 @@ class Reader:
                     "type": kind,
                     "name": None,
                     "used_memory_mib": None if used is None else int(used) // MIB,
-                    "gpu_instance_id": _na32(getattr(proc, "gpuInstanceId", None)),
-                    "compute_instance_id": _na32(getattr(proc, "computeInstanceId", None)),
+                    "gpu_instance_id": gi,
+                    "compute_instance_id": ci,
+                    "_seen_" + kind: True,
                 }
-        for pid, entry in found.items():
-            entry["name"] = to_text(self.call(label, "nvmlSystemGetProcessName", pid))
-        return [found[pid] for pid in sorted(found)]
+        for entry in found.values():
+            entry.pop("_seen_C", None)
+            entry.pop("_seen_G", None)
+
+    def _mig_handles(self, handle: t.Any) -> list[tuple[t.Any, tuple[t.Any, t.Any]]]:
+        """The MIG device handles of a GPU with MIG on, with their (GPU instance, compute instance) ids; none when
+        the GPU has MIG off or does not support it. Any other failure leaves the processes unknown."""
+        mode = self.strict("nvmlDeviceGetMigMode", handle, absent=("NVMLError_NotSupported",))
+        if mode is ABSENT:
+            # NotSupported: a GPU without MIG, whose first MIG slot cannot hold a device either. A MIG device there
+            # contradicts the mode, and its processes are read all the same.
+            probe = self.strict("nvmlDeviceGetMigDeviceHandleByIndex", handle, 0,
+                                absent=("NVMLError_NotSupported", "NVMLError_NotFound", "NVMLError_InvalidArgument"))
+            if probe is ABSENT:
+                return []
+            mode = (1, None)
+        if mode is None or not isinstance(mode, (list, tuple)) or len(mode) != 2:
+            raise ProcessesUnknown("nvmlDeviceGetMigMode returned %r" % (mode,))
+        if not mode[0]:
+            return []
+        count = self.strict("nvmlDeviceGetMaxMigDeviceCount", handle)
+        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+            raise ProcessesUnknown("nvmlDeviceGetMaxMigDeviceCount returned %r" % (count,))
+        handles = []
+        for slot in range(count):
+            # NotFound: no MIG device in this slot.
+            mig = self.strict("nvmlDeviceGetMigDeviceHandleByIndex", handle, slot, absent=("NVMLError_NotFound",))
+            if mig is ABSENT:
+                continue
+            label = "MIG device %d" % slot
+            handles.append((mig, (self.call(label, "nvmlDeviceGetGpuInstanceId", mig), self.call(label, "nvmlDeviceGetComputeInstanceId", mig))))
+        return handles
 
     def topology(self, records: list[dict[str, t.Any]], handles: list[t.Any]) -> None:
         max_links = int(getattr(self.nv, "NVML_NVLINK_MAX_LINKS", 18))
@@ -391,6 +501,7 @@ class Session:
         self.nv = nv
         self.error_cls: type[BaseException] = Exception
         self.active = False
+        self.hung = False
         self.failure: tuple[str, str] = (STATE_ERROR, "NVML: the session was not opened")
 
     def __enter__(self) -> "Session":
@@ -417,10 +528,12 @@ class Session:
         self.close()
 
     def close(self) -> None:
-        """nvmlShutdown, once, if nvmlInit worked."""
+        """nvmlShutdown, once, if nvmlInit worked and no read hung (a shutdown would wait on the same lock)."""
         if not self.active:
             return
         self.active = False
+        if self.hung:
+            return
         try:
             self.nv.nvmlShutdown()
         except self.error_cls:
@@ -429,68 +542,159 @@ class Session:
     def reader(self, gather: t.Iterable[str] = ()) -> Reader:
         return Reader(self.nv, gather)
 
-    def collect(self, gather: t.Iterable[str] = (), extend: Extension | None = None) -> dict[str, t.Any]:
+    def collect(self, gather: t.Iterable[str] = (), extend: Extension | None = None,
+                timeout: float | None = DEFAULT_TIMEOUT) -> dict[str, t.Any]:
         """The facts: {available, state, message, messages, driver, gpus}; never raises on NVML errors.
 
         ``extend(record, handle, reader)`` is called for each GPU read without error, after its facts, with the same
         handle and reader: a backend reads what only it needs in the same pass (a :class:`GpuLost` it raises marks
-        the GPU lost, as in the facts).
+        the GPU lost, as in the facts). ``timeout``: seconds for each bounded step (module docstring); None: no bound.
         """
         if not self.active:
             return _failed(*self.failure)
-        return _collect_initialised(self.nv, gather, _failed(STATE_ERROR, None), extend)
+        return _collect_initialised(self.nv, gather, _failed(STATE_ERROR, None), extend, timeout, self._hang)
+
+    def _hang(self) -> None:
+        self.hung = True
 
 
-def collect(gather: t.Iterable[str] = (), nv: t.Any = None) -> dict[str, t.Any]:
+def collect(gather: t.Iterable[str] = (), nv: t.Any = None, timeout: float | None = DEFAULT_TIMEOUT) -> dict[str, t.Any]:
     """Query NVML in a session of its own. Returns {available, state, message, messages, driver, gpus}; never raises
     on NVML errors."""
     with Session(nv) as session:
-        return session.collect(gather)
+        return session.collect(gather, timeout=timeout)
 
 
-def _collect_initialised(nv: t.Any, gather: t.Iterable[str], result: dict[str, t.Any], extend: Extension | None = None) -> dict[str, t.Any]:
+def bounded(func: t.Callable[[], t.Any], timeout: float | None) -> tuple[bool, t.Any, BaseException | None]:
+    """Run ``func`` in a daemon thread for at most ``timeout`` seconds (None or 0: in this thread, unbounded).
+
+    Returns (finished, value, exception). A call still blocked when the time is up stays blocked in its thread,
+    which the interpreter does not wait for on exit."""
+    box: dict[str, t.Any] = {}
+
+    def work() -> None:
+        try:
+            box["value"] = func()
+        except Exception as exc:  # pylint: disable=broad-exception-caught
+            box["error"] = exc
+
+    if not timeout or timeout <= 0:
+        work()
+        return True, box.get("value"), box.get("error")
+    worker = threading.Thread(target=work, name="gpuhost-nvml", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if worker.is_alive():
+        return False, None, None
+    return True, box.get("value"), box.get("error")
+
+
+def _read_gpu(nv: t.Any, collector: Reader, record: dict[str, t.Any], index: int, extend: Extension | None) -> t.Any:
+    """One GPU's reads into ``record`` (in place, so that a GPU lost half-way keeps what was read); its handle."""
+    handle = nv.nvmlDeviceGetHandleByIndex(index)
+    collector.fill_gpu(record, handle)
+    if extend is not None:
+        extend(record, handle, collector)
+    return handle
+
+
+def _hung_record(record: dict[str, t.Any], gather: set[str], message: str) -> dict[str, t.Any]:
+    record["state"] = STATE_ERROR
+    record["message"] = message
+    if "processes" in gather:
+        processes_unknown(record, "NVML did not answer: %s" % message)
+    return record
+
+
+def _collect_initialised(nv: t.Any, gather: t.Iterable[str], result: dict[str, t.Any], extend: Extension | None = None,
+                         timeout: float | None = DEFAULT_TIMEOUT, on_hang: t.Callable[[], None] | None = None) -> dict[str, t.Any]:
     collector = Reader(nv, gather)
     error_cls = collector.error_cls
-    try:
-        result["driver"]["version"] = to_text(collector.call("driver", "nvmlSystemGetDriverVersion"))
-        result["driver"]["nvml_version"] = to_text(collector.call("driver", "nvmlSystemGetNVMLVersion"))
-        result["driver"]["cuda_version"] = cuda_version_from_int(collector.call("driver", "nvmlSystemGetCudaDriverVersion"))
-    except GpuLost:
-        pass
-    try:
-        count = nv.nvmlDeviceGetCount()
-    except error_cls as exc:
+
+    def hang() -> None:
+        if on_hang is not None:
+            on_hang()
+
+    def system() -> tuple[dict[str, t.Any], t.Any]:
+        driver: dict[str, t.Any] = {}
+        try:
+            driver["version"] = to_text(collector.call("driver", "nvmlSystemGetDriverVersion"))
+            driver["nvml_version"] = to_text(collector.call("driver", "nvmlSystemGetNVMLVersion"))
+            driver["cuda_version"] = cuda_version_from_int(collector.call("driver", "nvmlSystemGetCudaDriverVersion"))
+        except GpuLost:
+            pass
+        return driver, nv.nvmlDeviceGetCount()
+
+    finished, value, exc = bounded(system, timeout)
+    if not finished:
+        hang()
+        result["message"] = "NVML: the driver version and the device count were not read within %s s (nvml_timeout)" % timeout
+        return result
+    if exc is not None:
+        if not isinstance(exc, error_cls):
+            raise exc
         result["state"] = error_state(nv, exc)
         result["message"] = "NVML: nvmlDeviceGetCount failed: %s" % describe(exc)
         return result
+    driver, count = value
+    result["driver"].update(driver)
+    if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+        result["message"] = "NVML: nvmlDeviceGetCount returned %r, not a count" % (count,)
+        return result
+    gather_set = collector.gather
     gpus: list[dict[str, t.Any]] = []
     handles: list[t.Any] = []
+    hung: str | None = None
     for index in range(count):
-        handle = None
         record = empty_gpu_record(index)
         record["source"] = "nvml"
-        try:
-            handle = nv.nvmlDeviceGetHandleByIndex(index)
-            collector.fill_gpu(record, handle)
-            if extend is not None:
-                extend(record, handle, collector)
-        except GpuLost as exc:
+        if hung is not None:
+            gpus.append(_hung_record(record, gather_set, "not read: NVML did not answer within %s s for %s (nvml_timeout)" % (timeout, hung)))
+            handles.append(None)
+            continue
+
+        finished, handle, exc = bounded(functools.partial(_read_gpu, nv, collector, record, index, extend), timeout)
+        if not finished:
+            hung = "GPU %d" % index
+            hang()
+            # The blocked thread still holds the record it was filling: report a fresh one.
+            record = empty_gpu_record(index)
+            record["source"] = "nvml"
+            gpus.append(_hung_record(record, gather_set, "NVML did not answer within %s s while reading GPU %d (nvml_timeout); "
+                                                         "the GPUs after it were not read" % (timeout, index)))
+            handles.append(None)
+            continue
+        if isinstance(exc, GpuLost):
             record["state"] = STATE_GPU_LOST
             record["message"] = "NVML reports GPU %d as lost: %s" % (index, exc)
             handle = None
-        except error_cls as exc:
+        elif isinstance(exc, error_cls):
             state = error_state(nv, exc)
             if state not in (STATE_GPU_LOST, STATE_NO_PERMISSION):
                 state = STATE_ERROR
             record["state"] = state
             record["message"] = "NVML: GPU %d: nvmlDeviceGetHandleByIndex failed: %s" % (index, describe(exc))
             handle = None
+        elif exc is not None:
+            raise exc
+        if "processes" in gather_set and record["state"] != STATE_OK:
+            processes_unknown(record)
         gpus.append(record)
         handles.append(handle)
-    if "topology" in collector.gather:
-        collector.topology(gpus, handles)
+    if "topology" in gather_set:
+        if hung is not None:
+            result["messages"].append("NVML: the topology was not read: %s did not answer" % hung)
+        else:
+            finished, _value, exc = bounded(lambda: collector.topology(gpus, handles), timeout)
+            if not finished:
+                hang()
+                for record in gpus:
+                    record["topology"] = None
+                collector.messages.append("NVML: the topology was not read within %s s (nvml_timeout)" % timeout)
+            elif exc is not None:
+                raise exc
     result["gpus"] = gpus
-    result["messages"] = collector.messages
+    result["messages"] = result["messages"] + collector.messages
     result["available"] = True
     result["state"] = STATE_OK
     return result

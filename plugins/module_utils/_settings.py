@@ -34,7 +34,7 @@ from ansible_collections.gpuhost.nvidia.plugins.module_utils._common import (
     STATE_VERSION_MISMATCH,
     normalize_bus_id,
 )
-from ansible_collections.gpuhost.nvidia.plugins.module_utils._gpu_schema import onoff
+from ansible_collections.gpuhost.nvidia.plugins.module_utils._gpu_schema import describe_unknown, onoff, process_view
 
 # The facts schema's compute modes as the module's option spells them (nvidia-smi -c takes the same words).
 COMPUTE_MODES = tuple(mode.upper() for mode in _gpu_schema.SETTABLE_COMPUTE_MODES)
@@ -410,6 +410,12 @@ def select(gpus: t.Sequence[t.Mapping[str, t.Any]], selectors: t.Sequence[str]) 
 
 
 # -- the current view -----------------------------------------------------------------------------------------
+def processes_error_of(record: t.Mapping[str, t.Any]) -> str | None:
+    """Why a facts GPU record's processes cannot be known (the facts' own reading), or None when they were read."""
+    unknown = process_view({"present": True, "gpus": [record]})["unknown"]
+    return describe_unknown(unknown) if unknown else None
+
+
 def current_view(record: t.Mapping[str, t.Any], extra: t.Mapping[str, t.Any] | None = None) -> dict[str, t.Any]:
     """A facts GPU record (from _nvml/_smi) plus the extra reads the settings need -> the planner's view."""
     extra = extra or {}
@@ -428,7 +434,9 @@ def current_view(record: t.Mapping[str, t.Any], extra: t.Mapping[str, t.Any] | N
         "power_limit_max": record.get("power_limit_max_w"),
         "ecc": dict(record.get("ecc") or {"current": None, "pending": None}),
         "mig": dict(record.get("mig") or {"current": None, "pending": None}),
-        "processes": list(record.get("processes") or []),
+        "processes": list(record["processes"]) if isinstance(record.get("processes"), list) else [],
+        # Why the processes are unknown (null, or not read): a reset or a destroyed MIG instance is then refused too.
+        "processes_error": processes_error_of(record),
         "applications_clocks": extra.get("applications_clocks"),
         "default_applications_clocks": extra.get("default_applications_clocks"),
         "supported_clocks": extra.get("supported_clocks"),
@@ -743,10 +751,23 @@ def check_plan(plan: t.Mapping[str, t.Any], gpu: t.Mapping[str, t.Any], reset: b
                     "%s: mig_layout would destroy MIG instances that processes are using: %s; stop them first"
                     % (gpu_label(gpu), describe_processes(blocking))
                 )
+    unknown = gpu.get("processes_error")
+    for item in plan["changes"]:
+        if item["op"] == "mig_layout" and unknown and any(op["op"] in ("destroy_gi", "destroy_ci") for op in item["args"]["operations"]):
+            errors.append(
+                "%s: mig_layout would destroy MIG instances, but the GPU's processes cannot be read (%s), so they may be in "
+                "use; make them readable (run as root, a working driver) and run again" % (gpu_label(gpu), unknown)
+            )
     if reset and plan["pending"] and gpu.get("processes"):
         errors.append(
             "%s: reset_gpus: the GPU needs a reset for %s but processes are running on it: %s; it is never reset while in use"
             % (gpu_label(gpu), " and ".join(p["setting"].upper() for p in plan["pending"]), describe_processes(gpu["processes"]))
+        )
+    elif reset and plan["pending"] and unknown:
+        errors.append(
+            "%s: reset_gpus: the GPU needs a reset for %s but its processes cannot be read (%s); it is never reset without "
+            "knowing that it is idle: make them readable, or set reset_gpus: false and reboot"
+            % (gpu_label(gpu), " and ".join(p["setting"].upper() for p in plan["pending"]), unknown)
         )
     return errors
 
@@ -765,6 +786,8 @@ def pending_reasons(gpu: t.Mapping[str, t.Any], pending: t.Iterable[t.Mapping[st
         )
         if processes:
             text += "; a reset is blocked by running processes %s" % describe_processes(processes)
+        elif gpu.get("processes_error"):
+            text += "; a reset is blocked: the GPU's processes cannot be read (%s)" % gpu["processes_error"]
         reasons.append(text)
     return reasons
 
@@ -851,7 +874,7 @@ def report(host: t.Mapping[str, t.Any], after: t.Mapping[t.Any, t.Mapping[str, t
         reasons.extend(gpu_reasons)
         if pending:
             reboot_required = True
-            reset_required = reset_required or not after_view.get("processes")
+            reset_required = reset_required or not (after_view.get("processes") or after_view.get("processes_error"))
         gpus_out.append(
             {
                 "index": gpu["index"],
@@ -862,6 +885,7 @@ def report(host: t.Mapping[str, t.Any], after: t.Mapping[t.Any, t.Mapping[str, t
                 "settings": plan["after"],
                 "pending": pending,
                 "processes": after_view.get("processes") or [],
+                "processes_error": after_view.get("processes_error"),
             }
         )
     count = sum(len(p["changes"]) for p in plans)

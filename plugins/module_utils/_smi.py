@@ -29,7 +29,7 @@ from ansible_collections.gpuhost.nvidia.plugins.module_utils._common import (
     device_id_from_nvml,
     normalize_bus_id,
 )
-from ansible_collections.gpuhost.nvidia.plugins.module_utils._gpu_schema import compute_mode_name, empty_gpu_record
+from ansible_collections.gpuhost.nvidia.plugins.module_utils._gpu_schema import compute_mode_name, empty_gpu_record, processes_unknown
 
 # nvidia-smi(1) "RETURN VALUE" section.
 EXIT_CODE_STATES = {
@@ -206,7 +206,7 @@ def _gpu(index: int, elem: ET.Element, gather: set[str]) -> dict[str, t.Any]:
             _float,
         )
     if "processes" in gather:
-        record["processes"] = _processes(elem)
+        record["processes"], record["processes_error"] = _processes(elem)
     if "topology" in gather:
         record["topology"] = None
     if "health" in gather:
@@ -214,12 +214,23 @@ def _gpu(index: int, elem: ET.Element, gather: set[str]) -> dict[str, t.Any]:
     return record
 
 
-def _processes(elem: ET.Element) -> list[dict[str, t.Any]]:
+def _processes(elem: ET.Element) -> tuple[list[dict[str, t.Any]] | None, str | None]:
+    """The GPU's processes and None, or None and why they cannot be known: no ``<processes>`` element, one that says
+    ``N/A`` (or another word) instead of listing, or an entry without a readable pid. An empty element is no process."""
+    node = elem.find("processes")
+    if node is None:
+        return None, "nvidia-smi -q -x has no <processes> element for this GPU"
+    entries = node.findall("process_info")
+    text = (node.text or "").strip()
+    if not entries:
+        if text or len(node):
+            return None, "nvidia-smi -q -x gives the processes as %r, not a list" % (text or node[0].tag)[:60]
+        return [], None
     processes = []
-    for proc in elem.findall("processes/process_info"):
+    for proc in entries:
         pid = _int(proc, "pid")
-        if pid is None:
-            continue
+        if pid is None or pid <= 0:
+            return None, "nvidia-smi -q -x lists a process without a readable pid (%r)" % (_text(proc, "pid") or "")[:40]
         processes.append(
             {
                 "pid": pid,
@@ -230,7 +241,7 @@ def _processes(elem: ET.Element) -> list[dict[str, t.Any]]:
                 "compute_instance_id": _int(proc, "compute_instance_id"),
             }
         )
-    return sorted(processes, key=lambda p: p["pid"])
+    return sorted(processes, key=lambda p: p["pid"]), None
 
 
 def failure_state(rc: int, output: str) -> str:
@@ -287,6 +298,8 @@ def collect(run: Runner, binary: str, gather: t.Iterable[str] = (), extend: Exte
         record["pci_bus_id"] = bus_id
         record["state"] = STATE_GPU_LOST if "lost" in reason.lower() or rc == 15 else STATE_ERROR
         record["message"] = "nvidia-smi could not open GPU %s: %s" % (bus_id, reason)
+        if "processes" in set(gather):
+            processes_unknown(record)
         gpus.append(record)
     result.update(
         available=True,

@@ -21,6 +21,7 @@ import typing as t
 
 from ansible_collections.gpuhost.nvidia.plugins.module_utils import _gpu_schema
 from ansible_collections.gpuhost.nvidia.plugins.module_utils._common import normalize_bus_id
+from ansible_collections.gpuhost.nvidia.plugins.module_utils._gpu_schema import process_view
 from ansible_collections.gpuhost.nvidia.plugins.module_utils._validate import SHELL_VARIABLE_RE, KernelArgument, InputError
 
 # The driver this planner binds the chosen functions to (one of _pci.PASSTHROUGH_DRIVERS).
@@ -191,17 +192,39 @@ def check_console(facts: t.Mapping[str, t.Any], targets: list[str], allow: bool)
     return {"errors": errors, "warnings": warnings}
 
 
+def _nvidia_targets(facts: t.Any, targets: list[str]) -> list[t.Mapping[str, t.Any]]:
+    gpus = facts.get("gpus") if isinstance(facts, t.Mapping) else None
+    return [gpu for gpu in (gpus if isinstance(gpus, list) else [])
+            if isinstance(gpu, t.Mapping) and gpu.get("pci_bus_id") in targets and gpu.get("bound_driver") == "nvidia"]
+
+
 def check_processes(facts: t.Mapping[str, t.Any], targets: list[str]) -> list[str]:
     """No process may be using a target GPU under the nvidia driver."""
     errors = []
-    for gpu in facts.get("gpus") or []:
-        if gpu.get("pci_bus_id") not in targets or gpu.get("bound_driver") != "nvidia":
-            continue
-        processes = gpu.get("processes") or []
-        if processes:
-            described = ", ".join("%s (pid %s)" % (p.get("name") or "?", p.get("pid")) for p in processes)
+    for gpu in _nvidia_targets(facts, targets):
+        processes = gpu.get("processes")
+        if isinstance(processes, list) and processes:
+            described = ", ".join("%s (pid %s)" % (p.get("name") or "?", p.get("pid")) if isinstance(p, t.Mapping) else repr(p)[:40]
+                                  for p in processes)
             errors.append("%s is in use under the nvidia driver by %s: stop them before passing the GPU through" % (gpu.get("pci_bus_id"), described))
     return errors
+
+
+def unknown_processes(facts: t.Mapping[str, t.Any], targets: list[str]) -> list[str]:
+    """A warning per target GPU under the nvidia driver whose processes cannot be read (the facts' reading,
+    _gpu_schema.process_view): it may be in use. A warning, not an error: the role changes only the next boot's
+    binding, and the reboot that applies it ends whatever runs; the warning says so, never "not in use"."""
+    warnings = []
+    for gpu in _nvidia_targets(facts, targets):
+        if isinstance(gpu.get("processes"), list) and gpu["processes"] and not gpu.get("processes_error"):
+            continue  # in use: check_processes refuses it
+        unknown = process_view({"present": True, "gpus": [gpu]})["unknown"]
+        if unknown:
+            warnings.append(
+                "%s is bound to the nvidia driver and its processes cannot be read (%s), so it may be in use: whatever "
+                "runs on it stops at the reboot that passes it through" % (gpu.get("pci_bus_id"), "; ".join(u["reason"] for u in unknown))
+            )
+    return warnings
 
 
 def _gpu_keys(gpu: t.Mapping[str, t.Any]) -> set[str]:
@@ -410,6 +433,7 @@ def plan(request: t.Mapping[str, t.Any], facts: t.Mapping[str, t.Any], host: t.M
     errors.extend(console["errors"])
     result["warnings"].extend(console["warnings"])
     errors.extend(check_processes(facts, selection["gpus"]))
+    result["warnings"].extend(unknown_processes(facts, selection["gpus"]))
     errors.extend(check_conflicts(facts, selection["gpus"], request.get("other_roles") or {}))
 
     # The addresses and ids are written into modprobe.d (whose install line modprobe runs as shell) and into the

@@ -24,9 +24,15 @@ description:
     running and only Docker's own containers are not counted. A restart of containerd or CRI-O is counted as
     stopping their containers and the kubelet's unnamed ones.
   - O(policy=if_idle) restarts an engine when no GPU process runs in a container the restart would stop, and defers
-    it otherwise (RV(pending), with the containers named, and a warning). When the facts cannot tell the processes
-    (a loaded driver, but no process list), the restart is deferred too. O(policy=always) restarts every due engine.
-    O(policy=never) restarts none and reports each due engine as needing a restart.
+    it otherwise (RV(pending), with the containers named, and a warning).
+  - When the GPU processes cannot be known, O(policy=if_idle) defers the restart too, naming each GPU and why.
+    Unknown is a GPU whose C(processes) is null (C(processes_error) says why), missing or not a list, an entry
+    without a readable pid, a GPU whose C(state) is not V(ok) (lost, an NVML error, bound to nvidia but not listed by
+    NVML), or O(gpu_facts) that are null or malformed (C(gpus) not a list). GPUs bound to C(vfio-pci), C(pci-stub) or
+    no driver, and any GPU while the nvidia module is not loaded (C(driver.kernel_module_loaded=false)), cannot run
+    such processes.
+  - O(policy=always) restarts every due engine, whatever runs and whether or not the processes can be read (the
+    explicit override). O(policy=never) restarts none and reports each due engine as needing a restart.
 author:
   - gpuhost.nvidia developers (@gpuhost)
 attributes:
@@ -70,8 +76,8 @@ options:
   gpu_facts:
     description:
       - The GPU facts, C(ansible_facts.nvidia_gpu) gathered with C(gather=[processes]). Only read with O(policy=if_idle).
-      - Null, or facts whose GPUs carry no process list while the nvidia module is loaded, defer every due restart
-        under O(policy=if_idle).
+      - Null, malformed facts, or facts in which a GPU's processes are unknown defer every due restart under
+        O(policy=if_idle); see the description. Malformed facts never fail the task.
     type: dict
   docker_daemon_json:
     description: Docker's C(daemon.json), read for C(live-restore). A missing or unreadable file means live-restore off.

@@ -50,7 +50,9 @@ options:
       - Detail groups to collect on top of the inventory. Leave it empty to keep the gather cheap.
       - V(utilization) adds RV(ansible_facts.nvidia_gpu.gpus[].utilization),
         RV(ansible_facts.nvidia_gpu.gpus[].temperature_c) and RV(ansible_facts.nvidia_gpu.gpus[].power_draw_w).
-      - V(processes) adds RV(ansible_facts.nvidia_gpu.gpus[].processes).
+      - V(processes) adds RV(ansible_facts.nvidia_gpu.gpus[].processes) and
+        RV(ansible_facts.nvidia_gpu.gpus[].processes_error). Processes that could not be read are null with the
+        reason, never an empty list; see RV(ansible_facts.nvidia_gpu.gpus[].processes_error).
       - V(topology) adds RV(ansible_facts.nvidia_gpu.gpus[].topology). Only NVML gives it; it is null from
         C(nvidia-smi).
       - V(health) adds RV(ansible_facts.nvidia_gpu.gpus[].health) (throttle reasons, PCIe link, ECC error counts,
@@ -70,6 +72,18 @@ options:
     type: path
     default: /
     aliases: [sysfs_root]
+  nvml_timeout:
+    description:
+      - The seconds NVML may take, after C(nvmlInit), for the driver version and device count, for all the reads of one
+        GPU, and for the topology. A wedged driver can block an NVML call for minutes; a step that does not finish in
+        time is reported instead of hanging the task. A GPU not read in time has RV(ansible_facts.nvidia_gpu.gpus[].state)
+        V(error), and its processes are unknown (null, with RV(ansible_facts.nvidia_gpu.gpus[].processes_error)); the
+        GPUs after it are not asked (each would wait as long again), and their processes are unknown too.
+      - Each step runs in a thread of its own, which is left blocked in NVML when it times out (C(nvmlShutdown) is
+        then skipped). V(0) reads in the module's own thread, without a bound. C(nvmlInit) itself is not bounded, since it can
+        legitimately take seconds per GPU without persistence mode.
+    type: float
+    default: 10
 seealso:
   - name: NVML API reference
     description: The NVIDIA Management Library that nvidia-ml-py wraps.
@@ -446,7 +460,12 @@ ansible_facts:
               type: float
               sample: 71.5
             processes:
-              description: Processes using the GPU. Null when the source could not tell, for example for a GPU seen only on PCI.
+              description:
+                - Processes using the GPU; an empty list when the source read them and found none.
+                - Null when they could not be read, with the reason in
+                  RV(ansible_facts.nvidia_gpu.gpus[].processes_error). Guards treat null as "unknown", never as idle.
+                - From NVML, the compute and graphics processes of the GPU, and with MIG on those of each MIG device
+                  (through its own handle). From C(nvidia-smi), its C(<processes>) element.
               returned: when O(gather) contains V(processes)
               type: list
               elements: dict
@@ -481,6 +500,17 @@ ansible_facts:
                   returned: success
                   type: int
                   sample: 0
+            processes_error:
+              description:
+                - Null when RV(ansible_facts.nvidia_gpu.gpus[].processes) was read. Otherwise why it could not be,
+                  and the processes are null - for example an NVML error on a process query (V(NoPermission),
+                  V(NotSupported), V(Unknown), V(Uninitialized), V(GpuIsLost)), a MIG device that could not be read,
+                  NVML not answering within O(nvml_timeout), a C(nvidia-smi) GPU element without
+                  C(<processes>) or with V(N/A) there, a process without a readable pid, a GPU whose state is not
+                  V(ok), or a GPU seen only on PCI.
+              returned: when O(gather) contains V(processes)
+              type: str
+              sample: "nvmlDeviceGetComputeRunningProcesses failed: Insufficient Permissions (NVMLError_NoPermission)"
             topology:
               description: How this GPU connects to the others. Null from C(nvidia-smi) and for GPUs seen only on PCI.
               returned: when O(gather) contains V(topology)
@@ -720,9 +750,14 @@ ansible_facts:
           sample: []
 """
 
+import math
+
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _facts
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _facts, _nvml
+
+# A day: a longer bound is a typo, and a task that waits that long is hung in all but name.
+_MAX_TIMEOUT = 86400
 
 
 def main() -> None:
@@ -731,14 +766,20 @@ def main() -> None:
             backends=dict(type="list", elements="str", choices=list(_facts.BACKENDS), default=list(_facts.BACKENDS)),
             gather=dict(type="list", elements="str", choices=list(_facts.GATHER), default=[]),
             root=dict(type="path", default="/", aliases=["sysfs_root"]),
+            nvml_timeout=dict(type="float", default=_nvml.DEFAULT_TIMEOUT),
         ),
         supports_check_mode=True,
     )
     # The root is checked before anything is read under it: a root that is not a directory would report no_gpu.
     errors = _facts.root_errors(module.params["root"])
+    timeout = module.params["nvml_timeout"]
+    if not math.isfinite(timeout) or timeout < 0 or timeout > _MAX_TIMEOUT:
+        errors.append("nvml_timeout %r is not a number of seconds from 0 to %d; give for example 10, or 0 for no bound"
+                      % (timeout, _MAX_TIMEOUT))
     if errors:
         module.fail_json(msg="; ".join(errors) + "; the GPU facts were not gathered", errors=errors, messages=errors)
-    facts = _facts.gather_on_host(module, module.params["backends"], module.params["gather"], module.params["root"])
+    facts = _facts.gather_on_host(module, module.params["backends"], module.params["gather"], module.params["root"],
+                                  nvml_timeout=timeout or None)
     module.exit_json(changed=False, ansible_facts={"nvidia_gpu": facts})
 
 

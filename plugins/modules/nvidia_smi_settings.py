@@ -117,7 +117,8 @@ options:
       - The MIG GPU instances, and the compute instances in each, that every selected GPU should have, like the
         C(mig-devices) of an C(nvidia-mig-parted) configuration. Instances that do not match are destroyed, missing
         ones are created, matching ones are left alone. V([]) destroys every instance.
-      - Instances with processes running in them are never destroyed; the task fails and names the processes.
+      - Instances with processes running in them are never destroyed; the task fails and names the processes. Nor are
+        they destroyed while the GPU's processes cannot be read.
       - Applied only while MIG mode is active. Omit it to leave MIG instances alone.
       - MIG instances do not survive a reboot; the P(gpuhost.nvidia.gpu_settings#role) role re-creates them at boot.
     type: list
@@ -141,6 +142,7 @@ options:
     description:
       - Reset GPUs that have an ECC or MIG mode change pending (C(nvidia-smi --gpu-reset)), so that it takes effect now.
       - A GPU with running processes is never reset. The task fails before anything changes and names the processes.
+        A GPU whose processes cannot be read (RV(gpus[].processes_error)) is not reset either.
     type: bool
     default: false
   state_path:
@@ -276,6 +278,13 @@ gpus:
       type: list
       elements: dict
       sample: [{"pid": 5150, "name": "trainer", "gpu_instance_id": 1, "compute_instance_id": 0}]
+    processes_error:
+      description:
+        - Null when the processes were read. Otherwise why they could not be (then RV(gpus[].processes) is empty but
+          not known to be); the GPU is not reset and no MIG instance is destroyed without knowing it is idle.
+      returned: always
+      type: str
+      sample: null
 reboot_required:
   description: Whether a selected GPU has an ECC or MIG mode change pending, which a reboot makes take effect.
   returned: always

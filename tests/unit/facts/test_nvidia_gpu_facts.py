@@ -14,7 +14,7 @@ import fake_pynvml
 import sysfs
 from gpufacts_support import OWN_XML
 
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _facts, _pci
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _facts, _nvml, _pci
 from ansible_collections.gpuhost.nvidia.plugins.modules import nvidia_gpu_facts
 
 ALL = ["processes", "utilization", "topology", "health"]
@@ -397,6 +397,7 @@ def test_documented_topology_peer_keys(fake_nvml, host_tree, run_module):
 
 def test_argument_spec_matches_documentation():
     doc = yaml.safe_load(nvidia_gpu_facts.DOCUMENTATION)["options"]
-    assert set(doc) == {"backends", "gather", "root"}
+    assert set(doc) == {"backends", "gather", "root", "nvml_timeout"}
+    assert doc["nvml_timeout"]["default"] == _nvml.DEFAULT_TIMEOUT
     assert doc["backends"]["default"] == ["nvml", "nvidia-smi", "pci"]
     assert doc["gather"]["choices"] == ["processes", "utilization", "topology", "health"] == list(_facts.GATHER)

@@ -64,8 +64,13 @@ def test_public_capture_parses(path):
         for key in ("power_limit_w", "power_limit_min_w", "power_limit_max_w", "power_draw_w"):
             assert gpu[key] is None or 0 < gpu[key] < 2000
         assert gpu["temperature_c"] is None or 0 <= gpu["temperature_c"] < 120
-        for proc in gpu["processes"]:
-            assert proc["pid"] > 0 and proc["type"] in ("C", "G", "C+G")
+        if elem.find("processes") is None:
+            # A capture cut short before <processes>: unknown, never "no process".
+            assert gpu["processes"] is None and "no <processes> element" in gpu["processes_error"]
+        else:
+            assert gpu["processes_error"] is None
+            for proc in gpu["processes"]:
+                assert proc["pid"] > 0 and proc["type"] in ("C", "G", "C+G")
         arch = (elem.findtext("product_architecture") or "").strip()
         if arch:
             # The catalog's answer from the PCI id agrees with what nvidia-smi says, wherever the id is real.

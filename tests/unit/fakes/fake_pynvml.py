@@ -14,12 +14,20 @@ Every call is appended to ``fake.calls`` as ``(function name, gpu index or None,
 every ``nvmlInit`` (also one that fails), ``init_count`` the ones that worked, ``shutdown_count`` the shutdowns.
 
 Profile keys are documented in ``profiles/README.md``.
+
+Faults: a GPU's ``errors`` maps an NVML function name (or ``*``) to an error suffix raised on every call of it on
+that GPU's handles; ``<name>@mig`` raises on its MIG device handles only; ``nvml.errors`` does the same for calls
+that take no device handle (``nvmlSystemGetProcessName``). The suffix ``Hang`` blocks the call until
+:meth:`FakeNVML.release` (tests release it on teardown), and ``hung`` lists the calls that blocked. With MIG on,
+a GPU's ``mig_parent_lists_processes: false`` makes the GPU handle list no process, as NVML does for an unprivileged
+caller; a MIG device handle lists the processes of its own GPU and compute instance.
 """
 
 from __future__ import annotations
 
 import copy
 import os
+import threading
 import types
 import typing as t
 import uuid as uuid_mod
@@ -119,6 +127,8 @@ class FakeNVML:
         self.init_count = 0
         self.shutdown_count = 0
         self.initialised = 0
+        self.hung: list[tuple[t.Any, ...]] = []
+        self._released = threading.Event()
         for gpu in self.profile.get("gpus", []) or []:
             gpu.setdefault("errors", {})
             gpu.setdefault("gpu_instances", [])
@@ -147,6 +157,19 @@ class FakeNVML:
             index = handle.instance.device.index
         self.calls.append((name, index) + args)
 
+    def release(self) -> None:
+        """Let every call that a ``Hang`` fault blocked return (as the call would have)."""
+        self._released.set()
+
+    def _fail(self, failure: str | None, name: str, handle: t.Any) -> None:
+        if not failure:
+            return
+        if failure == "Hang":
+            self.hung.append((name, handle))
+            self._released.wait(120)
+            return
+        raise error(failure)
+
     def _check(self, name: str, handle: t.Any = None, *args: t.Any) -> None:
         """Record the call, then raise what the driver would: Uninitialized, or an error injected by the profile."""
         self._record(name, handle, *args)
@@ -159,9 +182,11 @@ class FakeNVML:
             device = handle.instance.device
         if isinstance(device, Device):
             errors = device.gpu["errors"]
-            failure = errors.get(name) or errors.get("*")
-            if failure:
-                raise error(failure)
+            if isinstance(handle, MigDevice) and errors.get(name + "@mig"):
+                self._fail(errors[name + "@mig"], name, handle)
+            self._fail(errors.get(name) or errors.get("*"), name, handle)
+        elif handle is None:
+            self._fail((self.nvml.get("errors") or {}).get(name), name, handle)
 
     def _value(self, device: Device, key: str) -> t.Any:
         value = device.gpu.get(key)
@@ -234,8 +259,7 @@ class FakeNVML:
 
     def nvmlDeviceGetCount(self) -> int:
         self._check("nvmlDeviceGetCount")
-        if self.nvml.get("count_error"):
-            raise error(self.nvml["count_error"])
+        self._fail(self.nvml.get("count_error"), "nvmlDeviceGetCount", None)
         return len(self.visible_gpus)
 
     def nvmlDeviceGetHandleByIndex(self, index: int) -> Device:
@@ -244,9 +268,7 @@ class FakeNVML:
         if not 0 <= index < len(gpus):
             raise error("InvalidArgument")
         device = Device(self, gpus[index], index)
-        failure = gpus[index]["errors"].get("nvmlDeviceGetHandleByIndex")
-        if failure:
-            raise error(failure)
+        self._fail(gpus[index]["errors"].get("nvmlDeviceGetHandleByIndex"), "nvmlDeviceGetHandleByIndex", index)
         return device
 
     # device getters
@@ -376,10 +398,16 @@ class FakeNVML:
         self._check("nvmlDeviceGetPowerUsage", handle)
         return self._value(handle, "power_usage_mw")
 
-    def _processes(self, handle: Device, kinds: tuple[str, ...]) -> list[_Obj]:
+    def _processes(self, handle: Device | MigDevice, kinds: tuple[str, ...]) -> list[_Obj]:
         procs = []
-        for proc in handle.gpu.get("processes", []) or []:
+        gpu = handle.device.gpu if isinstance(handle, MigDevice) else handle.gpu
+        mig_on = self._mig_enabled(handle.device if isinstance(handle, MigDevice) else handle)
+        if isinstance(handle, Device) and mig_on and gpu.get("mig_parent_lists_processes") is False:
+            return procs
+        for proc in gpu.get("processes", []) or []:
             if proc.get("type", "C") not in kinds:
+                continue
+            if isinstance(handle, MigDevice) and (proc.get("gi"), proc.get("ci")) != (handle.gi["id"], handle.ci["id"]):
                 continue
             used = proc.get("used_mib")
             procs.append(

@@ -86,11 +86,11 @@ def test_gpu_processes_known_unknown_and_no_driver():
     assert er.gpu_processes({"driver": {"kernel_module_loaded": True}, "gpus": [gpu]}) == (
         [{"pid": 42, "name": "python3", "gpu": 0}], None)
     found, unknown = er.gpu_processes({"state": "ok", "driver": {"kernel_module_loaded": True}, "gpus": [{"index": 1}]})
-    assert found == [] and "GPU 1" in unknown and "state ok" in unknown
+    assert found == [] and "GPU 1" in unknown and "gathered without the processes" in unknown
     # No nvidia module loaded: nothing can use a GPU (the test hosts: driver_not_loaded).
     assert er.gpu_processes({"state": "driver_not_loaded", "driver": {"kernel_module_loaded": False},
                              "gpus": [{"index": None, "pci_bus_id": "0000:01:00.0", "processes": None}]}) == ([], None)
-    assert er.gpu_processes(None)[1] == "no GPU facts were given"
+    assert er.gpu_processes(None) == ([], "the GPU processes cannot be read (no GPU facts: none were given)")
 
 
 def test_parse_systemctl_show_and_start_time():

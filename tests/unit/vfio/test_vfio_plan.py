@@ -132,6 +132,8 @@ def test_only_console_gpu_needs_an_override(facts_for):
     functions = [f for f in copy.deepcopy(TWO_3090) if not f["pci_bus_id"].startswith("0000:03")]
     functions[1]["boot_vga"] = True
     facts = facts_for(functions)
+    for gpu in facts["gpus"]:
+        gpu.update(state="ok", processes=[], processes_error=None)  # read, and idle
     plan = _vfio.plan({"pci_addresses": ["0000:01:00.0"]}, facts, INTEL)
     # The twin GPU is another display device: only a warning.
     assert plan["errors"] == []
@@ -154,6 +156,35 @@ def test_gpu_in_use_under_nvidia_fails(facts_for):
                               "the GPU through"]
     # The twin's processes do not matter.
     assert _vfio.plan({"pci_addresses": ["0000:02:00.0"]}, facts, INTEL)["errors"] == []
+
+
+UNREADABLE = [
+    ({"processes": None, "processes_error": "nvmlDeviceGetComputeRunningProcesses failed: NoPermission"}, "NoPermission"),
+    ({"processes": None}, "null"),
+    ({"processes": "none"}, "not a list"),
+    ({"processes": [], "processes_error": "the process query did not return within 10 s"}, "did not return"),
+    ({"processes": [], "state": "gpu_lost", "message": "lost"}, "gpu_lost"),
+    ({"state": "ok"}, "gathered without the processes"),
+    ({"state": "pci_only", "processes": None, "message": "seen on the PCI bus only (bound to nvidia)"}, "no source read its processes"),
+]
+
+
+@pytest.mark.parametrize("record, reason", UNREADABLE)
+def test_gpu_whose_processes_cannot_be_read_is_named_not_idle(facts_for, record, reason):
+    """Unknown is not "not in use": a warning names it (the role changes only the next boot's binding)."""
+    facts = facts_for(TWO_3090)
+    facts["gpus"][0].pop("processes", None)
+    facts["gpus"][0].update(dict({"state": "ok", "source": "nvml", "index": 0}, **record))
+    plan = _vfio.plan({"pci_addresses": ["0000:01:00.0"]}, facts, INTEL)
+    found = [w for w in plan["warnings"] if "processes cannot be read" in w]
+    assert len(found) == 1 and found[0].startswith("0000:01:00.0 ") and reason in found[0]
+    # Read and idle: no such warning; the twin's state does not matter.
+    facts["gpus"][0].update(state="ok", processes=[], processes_error=None)
+    assert not [w for w in _vfio.plan({"pci_addresses": ["0000:01:00.0"]}, facts, INTEL)["warnings"] if "cannot be read" in w]
+    # An entry without a pid is still something running: in use, an error.
+    facts["gpus"][0]["processes"] = [{"name": "x"}]
+    assert _vfio.plan({"pci_addresses": ["0000:01:00.0"]}, facts, INTEL)["errors"] == [
+        "0000:01:00.0 is in use under the nvidia driver by x (pid None): stop them before passing the GPU through"]
 
 
 def test_conflict_with_the_driver_role(facts_for):
