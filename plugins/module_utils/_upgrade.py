@@ -74,9 +74,9 @@ def targets(driver_version: t.Any, driver_branch: t.Any, toolkit_version: t.Any)
         errors.append("%s must be a branch such as 580 or a full version such as 580.95.05, got %r" % (DRIVER_BRANCH_VAR, branch))
         branch = ""
     if version:
-        if branch and version.split(".")[0] != branch:
+        if branch and version.split(".", maxsplit=1)[0] != branch:
             errors.append("%s %s is not on %s %s" % (DRIVER_VERSION_VAR, version, DRIVER_BRANCH_VAR, branch))
-        branch = version.split(".")[0]
+        branch = version.split(".", maxsplit=1)[0]
     if toolkit and not TOOLKIT_VERSION_RE.fullmatch(toolkit):
         errors.append("%s must be a version such as 1.18.0, got %r" % (TOOLKIT_VERSION_VAR, toolkit))
         toolkit = ""
@@ -96,7 +96,7 @@ def _matches(found: str, driver_version: str, driver_branch: str) -> bool:
     if driver_version:
         return found == driver_version
     if driver_branch:
-        return found.split(".")[0] == driver_branch
+        return found.split(".", maxsplit=1)[0] == driver_branch
     return True
 
 
