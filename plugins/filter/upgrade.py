@@ -2,9 +2,10 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""Filters of the rolling upgrade (playbooks/upgrade.yml): gpu_busy_processes, gpu_busy_unknown, gpu_upgrade_summary.
+"""Filters of the rolling upgrade (playbooks/upgrade.yml): gpu_busy_processes, gpu_busy_unknown, gpu_upgrade_summary,
+and the internal gpu_upgrade_targets and gpu_upgrade_post_check.
 
-Their documentation is in the sidecar .yml files.
+Their documentation is in the sidecar .yml files. The targets and the post-check live in module_utils/_upgrade.py.
 """
 
 from __future__ import annotations
@@ -16,7 +17,11 @@ from collections.abc import Mapping
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpuhost.nvidia.plugins.module_utils._gpu_schema import process_view
-from ansible_collections.gpuhost.nvidia.plugins.plugin_utils._filter_args import guarded, sequence
+from ansible_collections.gpuhost.nvidia.plugins.plugin_utils._filter_args import gpu_facts, guarded, mapping, sequence
+from ansible_collections.gpuhost.nvidia.plugins.plugin_utils._lazy import module_utils
+
+# Imported when a filter of this file first runs, not when Ansible loads the file (plugin_utils/_lazy.py).
+_upgrade = module_utils("_upgrade")
 
 # The columns of the summary table, in order, with the entry key each one shows.
 COLUMNS = (("HOST", "host"), ("STATUS", "status"), ("STEP", "step"), ("DRIVER", "driver"), ("TOOLKIT", "toolkit"),
@@ -113,10 +118,55 @@ def gpu_upgrade_summary(entries: t.Any, names: t.Any = None) -> dict[str, t.Any]
     }
 
 
+def gpu_upgrade_targets(driver_version: t.Any = None, driver_branch: t.Any = None, toolkit_version: t.Any = None) -> dict[str, t.Any]:
+    """The roll's targets, checked before the roll touches a host: ``{driver_version, driver_branch, toolkit_version,
+    errors}``."""
+    wanted, errors = _upgrade.targets(driver_version, driver_branch, toolkit_version)
+    return dict(wanted, errors=errors)
+
+
+def _flag(value: t.Any, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise AnsibleFilterError("gpu_upgrade_post_check: %s must be true or false, got %r" % (name, value))
+    return value
+
+
+def gpu_upgrade_post_check(
+    facts: t.Any,
+    packages: t.Any,
+    targets: t.Any,
+    driver: t.Any = True,
+    toolkit: t.Any = True,
+    names: t.Any = None,
+    check_loaded: t.Any = True,
+    packages_before: t.Any = None,
+    facts_before: t.Any = None,
+) -> dict[str, t.Any]:
+    """One host after its upgrade against the roll's targets (module_utils/_upgrade.py post_check)."""
+    facts = gpu_facts(facts, "gpu_upgrade_post_check: the GPU facts")
+    targets = mapping(targets, "gpu_upgrade_post_check: targets")
+    if targets.get("errors"):
+        raise AnsibleFilterError("gpu_upgrade_post_check: the targets are wrong: %s" % "; ".join(map(str, targets["errors"])))
+    problems = _upgrade.check_packages_arguments(packages, names) + _upgrade.check_packages_arguments(packages_before, None)
+    if problems:
+        raise AnsibleFilterError("gpu_upgrade_post_check: %s" % "; ".join(problems))
+    wanted = {key: targets.get(key) or "" for key in ("driver_version", "driver_branch", "toolkit_version")}
+    for key, value in wanted.items():
+        if not isinstance(value, str):
+            raise AnsibleFilterError("gpu_upgrade_post_check: targets.%s must be a string, got %r" % (key, value))
+    return _upgrade.post_check(
+        facts, packages or {}, wanted, driver=_flag(driver, "driver"), toolkit=_flag(toolkit, "toolkit"), names=list(names or []),
+        check_loaded=_flag(check_loaded, "check_loaded"), packages_before=packages_before or {},
+        facts_before=gpu_facts(facts_before, "gpu_upgrade_post_check: facts_before"),
+    )
+
+
 class FilterModule:
     def filters(self) -> dict[str, t.Callable[..., t.Any]]:
         return guarded({
             "gpu_busy_processes": gpu_busy_processes,
             "gpu_busy_unknown": gpu_busy_unknown,
             "gpu_upgrade_summary": gpu_upgrade_summary,
+            "gpu_upgrade_targets": gpu_upgrade_targets,
+            "gpu_upgrade_post_check": gpu_upgrade_post_check,
         })

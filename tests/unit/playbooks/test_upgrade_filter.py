@@ -19,7 +19,7 @@ FILTER_DIR = os.path.dirname(upgrade.__file__)
 
 def test_filter_map_and_docs_agree():
     names = set(upgrade.FilterModule().filters())
-    assert names == {"gpu_busy_processes", "gpu_busy_unknown", "gpu_upgrade_summary"}
+    assert names == {"gpu_busy_processes", "gpu_busy_unknown", "gpu_upgrade_summary", "gpu_upgrade_targets", "gpu_upgrade_post_check"}
     for name in names:
         with open(os.path.join(FILTER_DIR, "%s.yml" % name), "r", encoding="utf-8") as handle:
             assert yaml.safe_load(handle)["DOCUMENTATION"]["name"] == name
