@@ -58,6 +58,12 @@ PACKAGE_NAME_WHAT = {
 }
 # An apt version in name=version, a glob allowed (580.*).
 APT_VERSION_RE = re.compile(r"[0-9A-Za-z.+~:*-]{1,64}")
+# A repository name: pacman.conf's [section] and its database file, dnf's repository id. "options" is pacman.conf's
+# own section and "local" pacman's database of installed packages.
+REPO_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+# apt sources (sources.list(5)): a suite (a distribution codename or a path, "/" for a flat repository) and components.
+SUITE_RE = re.compile(r"[A-Za-z0-9/][A-Za-z0-9/_.+~-]{0,99}")
+COMPONENT_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9/_.+-]{0,63}")
 # A DCGM field name as dcgm-exporter's collectors CSV takes it, and the metric types it knows.
 DCGM_FIELD_RE = re.compile(r"DCGM_(?:FI|EXP)_[A-Z0-9_]{1,120}")
 DCGM_METRIC_TYPES = ("gauge", "counter", "label")
@@ -303,6 +309,8 @@ URL = _validate.Text(max_length=2048, pattern=URL_RE, what="an http(s):// or fil
 FINGERPRINT = _gpg.FINGERPRINT
 DEBIAN_VERSION = _validate.Identifier(_validate.PACKAGE_VERSION_RE, "a package version such as 1:4.5.2-1", max_length=64)
 UNITS = _validate.ListOf(UnitName(), max_items=32)
+# Text for a comment line or a description= field: spaces inside, one line.
+ONE_LINE = _validate.Text(space=True, max_length=200, what="one line of text")
 
 # What each role's first task checks: variable -> rule. The role hands over every name listed here (a name that is
 # missing is reported, so a table and a task cannot drift apart unnoticed). Rules that depend on another value
@@ -371,6 +379,23 @@ ROLE_RULES: dict[str, dict[str, _validate.Rule]] = {
         "gpu_settings_nvidia_smi_path": PATH,
         "gpu_settings_python_interpreter": PATH,
     },
+    # The internal repository role, called by the others: what reaches apt's .sources file (deb822, one field a line,
+    # words separated by spaces), dnf's .repo file, pacman.conf's section, the key module and the package lists.
+    "internal_repository": {
+        "internal_repository_url": URL,
+        # Empty: told by the same task as a missing key, with the caller's variable names.
+        "internal_repository_key_url": Optional(URL),
+        "internal_repository_key_fingerprint": Optional(FINGERPRINT),
+        "internal_repository_keyring": PATH,
+        "internal_repository_file": PATH,
+        "internal_repository_name": Optional(_validate.Identifier(
+            REPO_NAME_RE, "a repository name of letters, digits, '_', '.' and '-'", max_length=64, reserved=("options", "local"))),
+        "internal_repository_suites": _validate.Identifier(SUITE_RE, "one apt suite such as stable or / (a flat repository)"),
+        "internal_repository_components": _validate.ListOf(_validate.Identifier(COMPONENT_RE, "an apt component such as main"),
+                                                           max_items=16),
+        "internal_repository_description": ONE_LINE,
+        "internal_repository_owner": ONE_LINE,
+    },
 }
 
 # Package-name lists, checked by the host's package manager's rules (the first task passes it).
@@ -379,6 +404,7 @@ PACKAGE_LISTS: dict[str, tuple[str, ...]] = {
     "nvidia_container_toolkit": (),
     "nvidia_driver": ("nvidia_driver_packages_extra",),
     "gpu_settings": ("gpu_settings_packages",),
+    "internal_repository": ("internal_repository_versions_of",),
 }
 
 # The paths that go into a unit's ExecStart= or ConditionPathExists= as they are: systemd splits those on whitespace

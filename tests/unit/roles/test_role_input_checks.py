@@ -108,3 +108,34 @@ def test_the_defaults_pass_the_first_check(local_play, tmp_path) -> None:
         assert check.get("skipped") and not check.get("failed"), (host, check)
         names = list(results[host])
         assert len(names) > names.index("gpuhost.nvidia.%s : %s" % (role, CHECKS[role])) + 1, (host, names)
+
+
+REPOSITORY = {"internal_repository_pkg_mgr": "apt", "internal_repository_url": "https://example.invalid/repo/",
+              "internal_repository_key_url": "https://example.invalid/repo/key.pub",
+              "internal_repository_key_fingerprint": "EB693B3035CD5710E231E123A4B469963BF863CC",
+              "internal_repository_keyring": "/etc/apt/keyrings/example.gpg", "internal_repository_file": "/etc/apt/sources.list.d/example.sources",
+              "internal_repository_description": "Example"}
+REPOSITORY_CASES = {
+    "url-newline": {"internal_repository_url": "https://example.invalid/repo/\nTrusted: yes"},
+    "url-space": {"internal_repository_url": "https://example.invalid/repo/ stable"},
+    "suite-field": {"internal_repository_suites": "/\nSigned-By: /tmp/evil.gpg"},
+    "component-space": {"internal_repository_components": ["main contrib"]},
+    "keyring-relative": {"internal_repository_keyring": "keys/example.gpg"},
+    "versions-option": {"internal_repository_versions_of": ["-o=Debug::NoLocking=1"]},
+}
+
+
+def test_the_internal_repository_refuses_before_fetching_or_writing(local_play) -> None:
+    fqcn = "gpuhost.nvidia.internal_repository"
+    check = fqcn + " : Refuse a repository without a key URL or a pinned fingerprint, or with a value its file cannot take"
+    plays = [{"hosts": "all", "gather_facts": False, "tasks": [
+        {"name": "Run the role", "ansible.builtin.include_role": {"name": fqcn, "tasks_from": "repository.yml"}}]}]
+    # Host variables (play variables would take precedence over the case's).
+    results = local_play(plays, hosts={case: dict(REPOSITORY, **variables) for case, variables in REPOSITORY_CASES.items()})
+    for case, variables in REPOSITORY_CASES.items():
+        tasks = results[case]
+        assert tasks[check].get("failed"), (case, tasks[check])
+        assert next(iter(variables)) in tasks[check]["msg"] and "Nothing was installed." in tasks[check]["msg"], (case, tasks[check]["msg"])
+        names = list(tasks)
+        assert names[names.index(check) + 1:] == [], (case, names)
+        assert not any(tasks[n].get("changed") for n in names), (case, names)
