@@ -23,7 +23,7 @@ import ipaddress
 import re
 import typing as t
 
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _gpg, _validate
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _gpg, _validate, _verify
 from ansible_collections.gpuhost.nvidia.plugins.module_utils._validate import InputError
 
 # RFC 1123 section 2.1: a label of letters, digits and hyphens, 1-63 characters, neither starting nor ending with a
@@ -64,6 +64,9 @@ REPO_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 # apt sources (sources.list(5)): a suite (a distribution codename or a path, "/" for a flat repository) and components.
 SUITE_RE = re.compile(r"[A-Za-z0-9/][A-Za-z0-9/_.+~-]{0,99}")
 COMPONENT_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9/_.+-]{0,63}")
+# A PCI address (dddd:bb:dd.f, the domain optional) and a PCI vendor:device id, as the vfio planner reads them.
+PCI_ADDRESS_RE = re.compile(r"(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]")
+PCI_ID_RE = re.compile(r"[0-9a-fA-F]{4}:[0-9a-fA-F]{4}")
 # A DCGM field name as dcgm-exporter's collectors CSV takes it, and the metric types it knows.
 DCGM_FIELD_RE = re.compile(r"DCGM_(?:FI|EXP)_[A-Z0-9_]{1,120}")
 DCGM_METRIC_TYPES = ("gauge", "counter", "label")
@@ -309,6 +312,21 @@ URL = _validate.Text(max_length=2048, pattern=URL_RE, what="an http(s):// or fil
 FINGERPRINT = _gpg.FINGERPRINT
 DEBIAN_VERSION = _validate.Identifier(_validate.PACKAGE_VERSION_RE, "a package version such as 1:4.5.2-1", max_length=64)
 UNITS = _validate.ListOf(UnitName(), max_items=32)
+# A user or group name (useradd(8)'s default NAME_REGEX, with upper case and a trailing $ for machine accounts left
+# out) or a numeric id.
+ACCOUNT = _validate.Text(max_length=32, pattern=re.compile(r"[a-z_][a-z0-9_-]{0,31}|[0-9]{1,10}"),
+                         what="a user or group name such as root, or a numeric id")
+# A file mode: octal digits in a string ("0644"), or the number YAML makes of an unquoted 0644.
+
+
+class Mode(_validate.Rule):
+    def check(self, option: str, value: t.Any) -> None:
+        if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 0o7777:
+            return
+        _validate.Text(max_length=5, pattern=re.compile(r"0?[0-7]{3,4}"), what="an octal file mode in quotes, such as \"0644\"").check(option, value)
+
+
+MODE = Mode()
 # Text for a comment line or a description= field: spaces inside, one line.
 ONE_LINE = _validate.Text(space=True, max_length=200, what="one line of text")
 
@@ -396,6 +414,43 @@ ROLE_RULES: dict[str, dict[str, _validate.Rule]] = {
         "internal_repository_description": ONE_LINE,
         "internal_repository_owner": ONE_LINE,
     },
+    # gpu_container_check's own option rules (module_utils/_verify.py), before the role installs the docker SDK.
+    "gpu_verify": {"gpu_verify_" + name: rule for name, rule in _verify.OPTION_RULES.items()},
+    # The planner checks the addresses and ids against the GPU facts before any change; here, before the facts are
+    # read, what no host has: a value that is not a PCI address or a vendor:device id (they reach modprobe.d and the
+    # override script), and the root the facts and /proc/cmdline are read under.
+    "vfio_passthrough": {
+        "vfio_passthrough_pci_addresses": _validate.ListOf(_validate.Identifier(
+            PCI_ADDRESS_RE, "a PCI address such as 0000:01:00.0"), max_items=64),
+        "vfio_passthrough_device_ids": _validate.ListOf(_validate.Identifier(
+            PCI_ID_RE, "a vendor:device id such as 10de:2204"), max_items=64),
+        "vfio_passthrough_facts_root": DIRECTORY,
+    },
+    # The controller directory the reports are written to, and the files the doctor reads.
+    "gpu_doctor": {
+        "gpu_doctor_report_dir": Optional(DIRECTORY),
+        "gpu_doctor_docker_daemon_json": PATH,
+        "gpu_doctor_containerd_config": PATH,
+        "gpu_doctor_containerd_conf_dir": DIRECTORY,
+        "gpu_doctor_cdi_dirs": _validate.ListOf(DIRECTORY, max_items=16),
+        "gpu_doctor_cdi_kind": _validate.Identifier(_validate.CDI_KIND_RE, "a CDI kind such as nvidia.com/gpu"),
+        "gpu_doctor_runtime_name": _validate.Identifier(_validate.ENGINE_RUNTIME_RE, "a runtime name such as nvidia"),
+    },
+    # The override module checks each project's services before it reads or writes anything; here, before the role
+    # installs PyYAML for it, what reaches a path or the file's ownership.
+    "gpu_compose": {
+        "gpu_compose_projects": _validate.ListOf(_validate.Fields({
+            "path": Required(DIRECTORY),
+            "compose_files": _validate.ListOf(_validate.Path(relative=True), max_items=32),
+            "cdi_kind": Optional(_validate.Identifier(_validate.CDI_KIND_RE, "a CDI kind such as nvidia.com/gpu")),
+            "owner": Optional(ACCOUNT), "group": Optional(ACCOUNT), "mode": Optional(MODE),
+        }), max_items=256),
+        "gpu_compose_override_name": _validate.FileName((".yml", ".yaml")),
+        "gpu_compose_cdi_kind": _validate.Identifier(_validate.CDI_KIND_RE, "a CDI kind such as nvidia.com/gpu"),
+        "gpu_compose_owner": ACCOUNT,
+        "gpu_compose_group": ACCOUNT,
+        "gpu_compose_mode": MODE,
+    },
 }
 
 # Package-name lists, checked by the host's package manager's rules (the first task passes it).
@@ -405,6 +460,7 @@ PACKAGE_LISTS: dict[str, tuple[str, ...]] = {
     "nvidia_driver": ("nvidia_driver_packages_extra",),
     "gpu_settings": ("gpu_settings_packages",),
     "internal_repository": ("internal_repository_versions_of",),
+    "gpu_verify": (), "vfio_passthrough": (), "gpu_doctor": (), "gpu_compose": (),
 }
 
 # The paths that go into a unit's ExecStart= or ConditionPathExists= as they are: systemd splits those on whitespace

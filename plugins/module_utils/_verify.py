@@ -15,11 +15,31 @@ from __future__ import annotations
 import re
 import typing as t
 
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _validate
+
 REQUESTS = ("auto", "gpus", "runtime", "cdi")
 NO_GPU = "no GPU visible in the container"
 
 _GPU_LINE = re.compile(r"^GPU (\d+): (.*?) \(UUID: (GPU-[0-9a-fA-F-]+)\)\s*$")
 _MIG_LINE = re.compile(r"^\s+MIG (\S+)\s+Device\s+(\d+): \(UUID: (MIG-[0-9a-fA-F-]+)\)\s*$")
+
+
+# The module's option rules, checked before the engine is asked anything; the gpu_verify role checks its variables by
+# the same rules in its first task (module_utils/_role_inputs.py).
+_DOCKER_HOST_RE = re.compile(r"(unix|tcp|ssh|http|https)://[A-Za-z0-9_.:/@%\[\]~+-]+")
+_IMAGE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@+-]*")
+_DEVICE_ID_RE = re.compile(r"(\d{1,2}|GPU-[0-9a-fA-F-]{36}|MIG-[A-Za-z0-9/-]{1,80})")
+OPTION_RULES: dict[str, _validate.Rule] = {
+    "docker_host": _validate.Text(max_length=512, pattern=_DOCKER_HOST_RE,
+                                  what="an engine address such as unix:///var/run/docker.sock or tcp://host:2376"),
+    "timeout": _validate.Integer(1, 3600, "an hour"),
+    "image": _validate.Text(max_length=512, pattern=_IMAGE_RE, what="an image reference such as nvidia/cuda:12.4.1-base-ubuntu22.04"),
+    "command": _validate.ListOf(_validate.Text(empty=True, max_length=4096, space=True, ascii_only=False), min_items=1, max_items=64),
+    "device_ids": _validate.ListOf(_validate.Text(max_length=128, pattern=_DEVICE_ID_RE, what="a GPU index, a GPU UUID or a MIG UUID"),
+                                   max_items=64),
+    "runtime_name": _validate.Identifier(_validate.ENGINE_RUNTIME_RE, "a runtime name such as nvidia"),
+    "cdi_kind": _validate.Identifier(_validate.CDI_KIND_RE, "a CDI kind such as nvidia.com/gpu"),
+}
 
 
 class VerifyError(Exception):

@@ -173,7 +173,6 @@ expected_uuids:
   sample: [GPU-0a1b2c3d-0000-4000-8000-000000000000]
 """
 
-import re
 import traceback
 import typing as t
 
@@ -204,21 +203,9 @@ def _version(text: str) -> tuple[int, ...]:
     return tuple(parts)
 
 
-# Checked before the engine is asked anything.
-_DOCKER_HOST_RE = re.compile(r"^(unix|tcp|ssh|http|https)://[A-Za-z0-9_.:/@%\[\]~+-]+$")
-_IMAGE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]*$")
-_DEVICE_ID_RE = re.compile(r"^(\d{1,2}|GPU-[0-9a-fA-F-]{36}|MIG-[A-Za-z0-9/-]{1,80})$")
-RULES: dict[str, _validate.Rule] = {
-    "docker_host": _validate.Text(max_length=512, pattern=_DOCKER_HOST_RE,
-                                  what="an engine address such as unix:///var/run/docker.sock or tcp://host:2376"),
-    "timeout": _validate.Integer(1, 3600, "an hour"),
-    "image": _validate.Text(max_length=512, pattern=_IMAGE_RE, what="an image reference such as nvidia/cuda:12.4.1-base-ubuntu22.04"),
-    "command": _validate.ListOf(_validate.Text(empty=True, max_length=4096, space=True, ascii_only=False), min_items=1, max_items=64),
-    "device_ids": _validate.ListOf(_validate.Text(max_length=128, pattern=_DEVICE_ID_RE, what="a GPU index, a GPU UUID or a MIG UUID"),
-                                   max_items=64),
-    "runtime_name": _validate.Identifier(_validate.ENGINE_RUNTIME_RE, "a runtime name such as nvidia"),
-    "cdi_kind": _validate.Identifier(_validate.CDI_KIND_RE, "a CDI kind such as nvidia.com/gpu"),
-}
+# Checked before the engine is asked anything (module_utils/_verify.py: the gpu_verify role checks its variables by the
+# same rules in its first task).
+RULES: dict[str, _validate.Rule] = _verify.OPTION_RULES
 
 
 def run_container(client: t.Any, image: str, command: list[str], options: dict[str, t.Any], timeout: int) -> tuple[int | None, str, str | None]:
