@@ -67,9 +67,10 @@ COMPONENT_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9/_.+-]{0,63}")
 # A PCI address (dddd:bb:dd.f, the domain optional) and a PCI vendor:device id, as the vfio planner reads them.
 PCI_ADDRESS_RE = re.compile(r"(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]")
 PCI_ID_RE = re.compile(r"[0-9a-fA-F]{4}:[0-9a-fA-F]{4}")
-# A DCGM field name as dcgm-exporter's collectors CSV takes it, and the metric types it knows.
+# A DCGM field name as dcgm-exporter's collectors CSV takes it, and a metric type as one lower-case word (gauge,
+# counter): the exporter decides which types it knows; here only that the field stays one CSV cell.
 DCGM_FIELD_RE = re.compile(r"DCGM_(?:FI|EXP)_[A-Z0-9_]{1,120}")
-DCGM_METRIC_TYPES = ("gauge", "counter", "label")
+DCGM_TYPE_RE = re.compile(r"[a-z]{1,16}")
 # An upstream release version (nvidia_gpu_exporter 1.3.1): it becomes a directory name and part of a URL.
 RELEASE_VERSION_RE = re.compile(r"[0-9]{1,4}(?:\.[0-9]{1,4}){1,3}")
 SHA256_RE = re.compile(r"[0-9A-Fa-f]{64}")
@@ -352,7 +353,7 @@ ROLE_RULES: dict[str, dict[str, _validate.Rule]] = {
         # dcgm-exporter's collectors CSV: one row a line, three comma-separated fields.
         "gpu_exporter_dcgm_collectors": _validate.ListOf(_validate.Fields({
             "field": Required(_validate.Identifier(DCGM_FIELD_RE, "a DCGM field name such as DCGM_FI_DEV_GPU_TEMP")),
-            "type": Required(OneOf(DCGM_METRIC_TYPES)),
+            "type": Required(_validate.Identifier(DCGM_TYPE_RE, "a metric type such as gauge or counter")),
             "help": Required(_validate.Text(space=True, forbid=',"', max_length=512, what="one line of help text without commas")),
         }), min_items=1, max_items=512),
         "gpu_exporter_nvidia_gpu_exporter_version": _validate.Identifier(RELEASE_VERSION_RE, "a release version such as 1.3.1"),

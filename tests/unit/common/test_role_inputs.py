@@ -223,7 +223,7 @@ BATTERY = {
         [], "DCGM_FI_DEV_GPU_TEMP", [{"field": "DCGM_FI_DEV_GPU_TEMP", "type": "gauge", "help": "t\nDCGM_FI_X, gauge, x"}],
         [{"field": "DCGM_FI_DEV_GPU_TEMP", "type": "gauge", "help": "a, b"}],
         [{"field": "DCGM_FI_DEV_GPU_TEMP\n", "type": "gauge", "help": "x"}],
-        [{"field": "temp", "type": "gauge", "help": "x"}], [{"field": "DCGM_FI_DEV_GPU_TEMP", "type": "histogramx", "help": "x"}],
+        [{"field": "temp", "type": "gauge", "help": "x"}], [{"field": "DCGM_FI_DEV_GPU_TEMP", "type": "gauge, x", "help": "x"}],
         [{"field": "DCGM_FI_DEV_GPU_TEMP", "type": "gauge"}], ["DCGM_FI_DEV_GPU_TEMP"]],
     ("nvidia_container_toolkit", "nvidia_container_toolkit_node_labels_file"): PATHS_BAD_OPTIONAL,
     ("nvidia_container_toolkit", "nvidia_container_toolkit_runtime_path"): PATHS_BAD,
