@@ -23,7 +23,7 @@ import ipaddress
 import re
 import typing as t
 
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _gpg, _validate, _verify
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _compose, _gpg, _validate, _verify
 from ansible_collections.gpuhost.nvidia.plugins.module_utils._validate import InputError
 
 # RFC 1123 section 2.1: a label of letters, digits and hyphens, 1-63 characters, neither starting nor ending with a
@@ -445,8 +445,12 @@ ROLE_RULES: dict[str, dict[str, _validate.Rule]] = {
             "compose_files": _validate.ListOf(_validate.Path(relative=True), max_items=32),
             "cdi_kind": Optional(_validate.Identifier(_validate.CDI_KIND_RE, "a CDI kind such as nvidia.com/gpu")),
             "owner": Optional(ACCOUNT), "group": Optional(ACCOUNT), "mode": Optional(MODE),
+            "strategy": Optional(OneOf(_compose.STRATEGIES)), "id_format": Optional(OneOf(_compose.ID_FORMATS)),
+            "services": Required(_validate.ListOf(_validate.Fields({}), min_items=1, max_items=256)),
         }), max_items=256),
         "gpu_compose_override_name": _validate.FileName((".yml", ".yaml")),
+        "gpu_compose_strategy": OneOf(_compose.STRATEGIES),
+        "gpu_compose_id_format": OneOf(_compose.ID_FORMATS),
         "gpu_compose_cdi_kind": _validate.Identifier(_validate.CDI_KIND_RE, "a CDI kind such as nvidia.com/gpu"),
         "gpu_compose_owner": ACCOUNT,
         "gpu_compose_group": ACCOUNT,
@@ -491,9 +495,29 @@ def _context_errors(role: str, values: t.Mapping[str, t.Any], context: t.Mapping
         if isinstance(value, str) and _validate.one(PATH, name, value) is None and not UNIT_PATH_RE.fullmatch(value):
             errors.append(str(InputError(name, value, "holds a character that a unit's command line would read as more "
                                                       "than a path: use letters, digits and _ . + / - only")))
+    if role == "gpu_compose":
+        errors.extend(_compose_service_errors(values))
     if role == "gpu_exporter" and context.get("kind") == "nvidia_gpu_exporter" and values.get("gpu_exporter_nvidia_gpu_exporter_sha256") == "":
         errors.append("gpu_exporter_nvidia_gpu_exporter_sha256: is empty: give the SHA-256 of the release tarball (its line "
                       "in the release's checksums.txt); the role downloads nothing without it")
+    return errors
+
+
+def _compose_service_errors(values: t.Mapping[str, t.Any]) -> list[str]:
+    """Each project's services as the override module checks them (module_utils/_compose.py), with the project's
+    strategy, id format and CDI kind or the role's; only where the project itself passed its own rules."""
+    projects = values.get("gpu_compose_projects")
+    if not isinstance(projects, list):
+        return []
+    errors: list[str] = []
+    for number, project in enumerate(projects):
+        if not isinstance(project, dict) or not isinstance(project.get("services"), list) or not project["services"]:
+            continue
+        request = {"strategy": project.get("strategy") or values.get("gpu_compose_strategy"),
+                   "id_format": project.get("id_format") or values.get("gpu_compose_id_format"),
+                   "cdi_kind": project.get("cdi_kind") or values.get("gpu_compose_cdi_kind"),
+                   "services": project["services"]}
+        errors.extend("gpu_compose_projects[%d].services: %s" % (number, e) for e in _compose.request_errors(request))
     return errors
 
 

@@ -262,9 +262,10 @@ BATTERY = {
     ("gpu_doctor", "gpu_doctor_report_dir"): PATHS_BAD_OPTIONAL[:-1],
     ("gpu_doctor", "gpu_doctor_cdi_dirs"): [["/etc/cdi/../x"], ["cdi"], "/etc/cdi"],
     ("gpu_doctor", "gpu_doctor_runtime_name"): ["nvidia runc", "-nvidia", "nvidia\n"],
-    ("gpu_compose", "gpu_compose_projects"): [[{"path": "srv"}], [{"path": "/srv/../etc"}], [{"services": []}],
+    ("gpu_compose", "gpu_compose_projects"): [[{"path": "srv", "services": [{"name": "a"}]}], [{"path": "/srv/../etc"}], [{"services": []}],
                                               [{"path": "/srv", "compose_files": ["../../etc/x.yml"]}], [{"path": "/srv", "mode": "u+rwx"}],
                                               [{"path": "/srv", "owner": "root;id"}], "/srv"],
+    ("gpu_compose", "gpu_compose_strategy"): ["Explicit", "explicit\n", "", True],
     ("gpu_compose", "gpu_compose_override_name"): ["../x.yml", "a/b.yml", "x.json", ".yml", "x .yml", "x.yml\n"],
     ("gpu_compose", "gpu_compose_mode"): ["u+x", "0888", True, 99999, "644 "],
     ("gpu_compose", "gpu_compose_owner"): ["root;id", "Root", "", "a" * 33, "-x"],
@@ -361,3 +362,27 @@ def test_systemd_quote_leaves_plain_words_as_they_are():
 def test_systemd_quote_refuses_what_no_line_can_carry(value):
     with pytest.raises(ValueError, match="systemd_quote"):
         r.systemd_quote(value)
+
+
+# The services as the override module checks them (module_utils/_compose.py), before the role installs PyYAML.
+COMPOSE_SERVICES = [[{"path": "/srv", "services": []}], [{"path": "/srv", "services": ["app"]}],
+                                              [{"path": "/srv", "services": [{"name": "app;id"}]}],
+                                              [{"path": "/srv", "services": [{"name": "app\nx"}]}],
+                                              [{"path": "/srv", "services": [{"name": "a", "count": 0}]}],
+                                              [{"path": "/srv", "services": [{"name": "a", "count": 1, "device_ids": ["0"]}]}],
+                                              [{"path": "/srv", "services": [{"name": "a"}, {"name": "a"}]}],
+                                              [{"path": "/srv", "strategy": "pack", "services": [{"name": "a", "count": 1}]}],
+                                              [{"path": "/srv", "services": [{"name": "a", "device_ids": ["0\n1"]}]}],
+                                              [{"path": "/srv", "services": [{"name": "a", "environment": {"A B": "x"}}]}]]
+
+
+@pytest.mark.parametrize("projects", COMPOSE_SERVICES)
+def test_compose_services_are_checked_by_the_modules_rules_first(projects):
+    errors = r.role_errors("gpu_compose", _values("gpu_compose", gpu_compose_projects=projects))
+    assert errors and all(e.startswith("gpu_compose_projects") for e in errors), errors
+
+
+def test_good_compose_services_pass():
+    projects = [{"path": "/srv/ml", "services": [{"name": "trainer", "count": 2}, {"name": "infer", "device_ids": ["0"]}]},
+                {"path": "/srv/b", "strategy": "spread", "services": [{"name": "a", "count": 1}], "mode": 420}]
+    assert r.role_errors("gpu_compose", _values("gpu_compose", gpu_compose_projects=projects)) == []
