@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 import hostile
+from systemd_words import systemd_split
 
 from ansible_collections.gpuhost.nvidia.plugins.module_utils import _role_inputs as r
 
@@ -306,45 +307,6 @@ def test_package_names_follow_the_hosts_manager(manager, name):
                                                 ("fe80::1", "1", "[fe80::1]:1"), ("gpu01", 9835, "gpu01:9835")])
 def test_listen_address_brackets_ipv6(host, port, expected):
     assert r.listen_address(host, port) == expected
-
-
-def systemd_split(line: str) -> list[str]:
-    """systemd's ExecStart= word splitting (extract_first_word with EXTRACT_UNQUOTE|EXTRACT_CUNESCAPE, then
-    specifier and $ expansion), for the subset of syntax systemd_quote writes: double quotes, \\\\ and \\",
-    %% and $$. Anything else (a lone % or $, another escape) raises, as it would mean something else to systemd."""
-    words, word, quoted, i, started = [], "", False, 0, False
-    while i < len(line):
-        char = line[i]
-        if char == "\\":
-            nxt = line[i + 1]
-            if nxt not in '\\"':
-                raise AssertionError("escape %r" % nxt)
-            word += nxt
-            i += 2
-            started = True
-            continue
-        if char == '"':
-            quoted = not quoted
-            started = True
-        elif char in "%$":
-            if line[i + 1] != char:
-                raise AssertionError("unescaped %r" % char)
-            word += char
-            i += 1
-        elif char == " " and not quoted:
-            if started:
-                words.append(word)
-            word, started = "", False
-        elif char == "\n":
-            raise AssertionError("line break")
-        else:
-            word += char
-            started = True
-        i += 1
-    assert not quoted
-    if started:
-        words.append(word)
-    return words
 
 
 @pytest.mark.parametrize("value", ["0.0.0.0:9400", "[::]:9400", "a b", 'a"b', "a\\b", "100%", "$HOME", "${IFS}", "'q'",

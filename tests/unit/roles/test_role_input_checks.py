@@ -10,9 +10,12 @@ value in tests/unit/common/test_role_inputs.py."""
 
 from __future__ import annotations
 
+import os
 import typing as t
 
 import pytest
+
+from systemd_words import systemd_split  # tests/unit/fakes, on the path by conftest.py
 
 # Tasks that may run before the check: the role's argument spec validation and its per-distribution variables.
 BEFORE_OK = ("Gathering Facts", "Load the distribution's package names", "Validating arguments against arg spec", "Set the per-distribution variables", "Ensure the facts used by the role",
@@ -161,3 +164,31 @@ def test_the_internal_repository_refuses_before_fetching_or_writing(local_play) 
         names = list(tasks)
         assert names[names.index(check) + 1:] == [], (case, names)
         assert not any(tasks[n].get("changed") for n in names), (case, names)
+
+
+def test_the_exporter_unit_keeps_each_value_one_argument_even_past_the_check(local_play) -> None:
+    """The unit template alone, rendered with values the first task would refuse: each stays one argument of
+    ExecStart= by systemd's parsing rules (tests/unit/fakes/systemd_words.py), and a line break
+    fails the rendering instead of adding a line."""
+    template = os.path.join(os.path.dirname(__file__), "..", "..", "..", "roles", "gpu_exporter", "templates",
+                            "gpuhost-gpu-exporter.service.j2")
+    engines = {"plain": "localhost:5555", "words": "localhost:5555 -f /etc/shadow", "expansions": 'a$HOME%n"q\\b',
+               "newline": "localhost:5555\nExecStartPre=/bin/sh"}
+    hosts = {name: {"gpu_exporter_dcgm_hostengine": value, "__gpu_exporter_kind": "dcgm", "__gpu_exporter_port": 9400,
+                    "gpu_exporter_listen_address": "::", "__gpu_exporter_config_dir": "/etc/gpuhost-gpu-exporter",
+                    "__gpu_exporter_dcgm_hostengine_service": "nvidia-dcgm.service",
+                    "__gpu_exporter_listen": "{{ ('[' ~ gpu_exporter_listen_address ~ ']' if ':' in gpu_exporter_listen_address else "
+                                             "gpu_exporter_listen_address) ~ ':' ~ __gpu_exporter_port }}"}
+             for name, value in engines.items()}
+    plays = [{"hosts": "all", "gather_facts": False, "tasks": [
+        {"name": "Render", "ansible.builtin.set_fact": {"unit": "{{ lookup('ansible.builtin.template', '%s') }}" % template}}]}]
+    results = local_play(plays, hosts=hosts)
+    for name, value in engines.items():
+        render = results[name]["Render"]
+        if name == "newline":
+            assert render.get("failed") and "systemd_quote" in render["msg"], render
+            continue
+        line = [x for x in render["ansible_facts"]["unit"].splitlines() if x.startswith("ExecStart=")][0]
+        words = systemd_split(line[len("ExecStart="):])
+        assert words == ["/usr/bin/dcgm-exporter", "-a", "[::]:9400", "-f", "/etc/gpuhost-gpu-exporter/dcgm-collectors.csv",
+                         "-r", value], (name, line)
