@@ -336,8 +336,9 @@ ONE_LINE = _validate.Text(space=True, max_length=200, what="one line of text")
 # (the package manager, the exporter's kind) are added by _context_errors.
 ROLE_RULES: dict[str, dict[str, _validate.Rule]] = {
     "gpu_exporter": {
-        # dcgm-exporter -a and nvidia_gpu_exporter --web.listen-address: Go's host:port, which the role builds.
-        "gpu_exporter_listen_address": Host(),
+        # dcgm-exporter -a and nvidia_gpu_exporter --web.listen-address: Go's host:port, which the role builds (empty:
+        # every address, ":9400", as Go reads it).
+        "gpu_exporter_listen_address": Optional(Host()),
         "gpu_exporter_port": Port(),
         # dcgm-exporter -r: nv-hostengine's host:port (the port defaults to 5555).
         "gpu_exporter_dcgm_hostengine": HostPort(port_optional=True),

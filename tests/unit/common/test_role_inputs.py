@@ -206,7 +206,8 @@ def test_an_unknown_role_or_a_non_mapping_is_a_value_error():
 
 # One hostile battery per variable: the role's defaults with one value changed; the check names that variable.
 BATTERY = {
-    ("gpu_exporter", "gpu_exporter_listen_address"): HOSTS_BAD + WRONG_TYPES,
+    # Empty: every address (":9400"), as before.
+    ("gpu_exporter", "gpu_exporter_listen_address"): [h for h in HOSTS_BAD if h != ""] + WRONG_TYPES,
     ("gpu_exporter", "gpu_exporter_scrape_host"): HOSTS_BAD + WRONG_TYPES,
     ("gpu_exporter", "gpu_exporter_port"): PORTS_BAD,
     ("gpu_exporter", "gpu_exporter_dcgm_hostengine"): HOSTPORTS_BAD,
@@ -287,6 +288,11 @@ def test_every_problem_is_reported_at_once():
     errors = r.role_errors("gpu_exporter", _values("gpu_exporter", gpu_exporter_port=70000, gpu_exporter_listen_address="0.0.0.0 -x",
                                                    gpu_exporter_dcgm_hostengine="localhost:5555\nExecStartPre=/bin/sh"))
     assert [e.split(":")[0] for e in errors] == ["gpu_exporter_listen_address", "gpu_exporter_port", "gpu_exporter_dcgm_hostengine"]
+
+
+def test_an_empty_listen_address_still_means_every_address():
+    assert r.role_errors("gpu_exporter", _values("gpu_exporter", gpu_exporter_listen_address="")) == []
+    assert r.listen_address("", 9400) == ":9400"
 
 
 def test_the_nvidia_gpu_exporter_needs_its_sha256_when_chosen():
