@@ -313,18 +313,20 @@ URL = _validate.Text(max_length=2048, pattern=URL_RE, what="an http(s):// or fil
 FINGERPRINT = _gpg.FINGERPRINT
 DEBIAN_VERSION = _validate.Identifier(_validate.PACKAGE_VERSION_RE, "a package version such as 1:4.5.2-1", max_length=64)
 UNITS = _validate.ListOf(UnitName(), max_items=32)
-# A user or group name (useradd(8)'s default NAME_REGEX, with upper case and a trailing $ for machine accounts left
-# out) or a numeric id.
-ACCOUNT = _validate.Text(max_length=32, pattern=re.compile(r"[a-z_][a-z0-9_-]{0,31}|[0-9]{1,10}"),
+# A user or group name as POSIX's portable set allows it (letters, digits, '.', '_', '-', not starting with '-';
+# systemd.io's USER_NAMES), at most 32 characters, or a numeric id.
+ACCOUNT = _validate.Text(max_length=32, pattern=re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_.-]{0,31}|[0-9]{1,10}"),
                          what="a user or group name such as root, or a numeric id")
-# A file mode: octal digits in a string ("0644"), or the number YAML makes of an unquoted 0644.
+# A file mode: octal digits in a string ("0644"), the number YAML makes of an unquoted 0644, or a symbolic mode as
+# chmod(1) and Ansible's file modules take it (u=rw,g=r,o=r).
+MODE_RE = re.compile(r"0?[0-7]{3,4}|[ugoa]*[-+=](?:[rwxXst]*|[ugo])(?:,[ugoa]*[-+=](?:[rwxXst]*|[ugo]))*")
 
 
 class Mode(_validate.Rule):
     def check(self, option: str, value: t.Any) -> None:
         if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 0o7777:
             return
-        _validate.Text(max_length=5, pattern=re.compile(r"0?[0-7]{3,4}"), what="an octal file mode in quotes, such as \"0644\"").check(option, value)
+        _validate.Text(max_length=64, pattern=MODE_RE, what="a file mode such as \"0644\" or u=rw,g=r,o=r").check(option, value)
 
 
 MODE = Mode()

@@ -265,12 +265,12 @@ BATTERY = {
     ("gpu_doctor", "gpu_doctor_cdi_dirs"): [["/etc/cdi/../x"], ["cdi"], "/etc/cdi"],
     ("gpu_doctor", "gpu_doctor_runtime_name"): ["nvidia runc", "-nvidia", "nvidia\n"],
     ("gpu_compose", "gpu_compose_projects"): [[{"path": "srv", "services": [{"name": "a"}]}], [{"path": "/srv/../etc"}], [{"services": []}],
-                                              [{"path": "/srv", "compose_files": ["../../etc/x.yml"]}], [{"path": "/srv", "mode": "u+rwx"}],
+                                              [{"path": "/srv", "compose_files": ["../../etc/x.yml"]}], [{"path": "/srv", "mode": "u+rwx\n"}],
                                               [{"path": "/srv", "owner": "root;id"}], "/srv"],
     ("gpu_compose", "gpu_compose_strategy"): ["Explicit", "explicit\n", "", True],
     ("gpu_compose", "gpu_compose_override_name"): ["../x.yml", "a/b.yml", "x.json", ".yml", "x .yml", "x.yml\n"],
-    ("gpu_compose", "gpu_compose_mode"): ["u+x", "0888", True, 99999, "644 "],
-    ("gpu_compose", "gpu_compose_owner"): ["root;id", "Root", "", "a" * 33, "-x"],
+    ("gpu_compose", "gpu_compose_mode"): ["u+x;id", "u=rw g=r", "0888", True, 99999, "644 "],
+    ("gpu_compose", "gpu_compose_owner"): ["root;id", "ro ot", "", "a" * 33, "-x", "root\n", "r$oot", "root:root"],
     ("gpu_settings", "gpu_settings_packages"): [[p] for p in PACKAGES["apt"][1]] + ["nvidia-utils-580"],
 }
 
@@ -352,5 +352,6 @@ def test_compose_services_are_checked_by_the_modules_rules_first(projects):
 
 def test_good_compose_services_pass():
     projects = [{"path": "/srv/ml", "services": [{"name": "trainer", "count": 2}, {"name": "infer", "device_ids": ["0"]}]},
-                {"path": "/srv/b", "strategy": "spread", "services": [{"name": "a", "count": 1}], "mode": 420}]
+                {"path": "/srv/b", "strategy": "spread", "services": [{"name": "a", "count": 1}], "mode": 420},
+                {"path": "/srv/c", "services": [{"name": "a"}], "mode": "u=rw,g=r,o=r"}]
     assert r.role_errors("gpu_compose", _values("gpu_compose", gpu_compose_projects=projects)) == []
