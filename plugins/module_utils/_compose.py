@@ -635,6 +635,51 @@ def _reservation(svc: dict[str, t.Any], caps: list[str], ids: list[str] | None, 
     return entry
 
 
+def _request_errors(strategy: t.Any, id_format: t.Any, cdi_kind: t.Any, services: list[dict[str, t.Any]]) -> list[str]:
+    """What is wrong with a request before any GPU facts are looked at (``services`` are the caller's copies: a count
+    given as digits becomes an integer)."""
+    errors: list[str] = []
+    if strategy not in STRATEGIES:
+        errors.append("strategy %r is not one of %s" % (strategy, ", ".join(STRATEGIES)))
+    if id_format not in ID_FORMATS:
+        errors.append("id_format %r is not one of %s" % (id_format, ", ".join(ID_FORMATS)))
+    if not re.fullmatch(r"[a-z0-9][a-z0-9.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*", str(cdi_kind)):
+        errors.append("cdi_kind %r is not a CDI kind such as nvidia.com/gpu" % cdi_kind)
+    if not services:
+        errors.append("no services given")
+    elif len(services) > 256:
+        errors.append("services: %d services in one override; at most 256" % len(services))
+        return errors
+    seen: set[str] = set()
+    for svc in services:
+        _validate_service(svc, str(strategy), errors)
+        if svc.get("name") in seen:
+            errors.append("service %r is listed twice" % svc["name"])
+        seen.add(svc.get("name"))
+    return errors
+
+
+def request_errors(request: t.Mapping[str, t.Any]) -> list[str]:
+    """Every problem of a request (``strategy``, ``id_format``, ``cdi_kind``, ``services``) that no GPU facts can
+    change, as :func:`build` reports them: the gpu_compose role asks before it installs anything. A service that is not
+    a mapping is reported, not raised."""
+    services = request.get("services")
+    if not isinstance(services, list):
+        return ["services must be a list of services, not %s" % show(services)]
+    bad = [show(s) for s in services if not isinstance(s, t.Mapping)]
+    if bad:
+        return ["services: %s is not a service (a mapping with a name)" % bad[0]]
+    copies = []
+    for svc in services:
+        copy = dict(svc)
+        # The module's argument spec turns digits into an int (memory_mib: int); so does this check.
+        if isinstance(copy.get("memory_mib"), str) and copy["memory_mib"].isdigit() and copy["memory_mib"].isascii():
+            copy["memory_mib"] = int(copy["memory_mib"])
+        copies.append(copy)
+    return _request_errors(request.get("strategy") or "explicit", request.get("id_format") or "uuid",
+                           request.get("cdi_kind") or DEFAULT_CDI_KIND, copies)
+
+
 def build(request: dict[str, t.Any], facts: dict[str, t.Any] | None) -> Plan:
     """Validate the request, place the services, and return their compose entries."""
     plan = Plan()
@@ -645,24 +690,9 @@ def build(request: dict[str, t.Any], facts: dict[str, t.Any] | None) -> Plan:
     services = [dict(s) for s in request.get("services") or []]
     facts = facts or None
 
-    errors: list[str] = []
-    if strategy not in STRATEGIES:
-        errors.append("strategy %r is not one of %s" % (strategy, ", ".join(STRATEGIES)))
-    if id_format not in ID_FORMATS:
-        errors.append("id_format %r is not one of %s" % (id_format, ", ".join(ID_FORMATS)))
-    if not re.fullmatch(r"^[a-z0-9][a-z0-9.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$", str(cdi_kind)):
-        errors.append("cdi_kind %r is not a CDI kind such as nvidia.com/gpu" % cdi_kind)
-    if not services:
-        errors.append("no services given")
-    elif len(services) > 256:
-        errors.append("services: %d services in one override; at most 256" % len(services))
+    errors = _request_errors(strategy, id_format, cdi_kind, services)
+    if len(services) > 256:
         raise ComposeError("; ".join(errors))
-    seen: set[str] = set()
-    for svc in services:
-        _validate_service(svc, strategy, errors)
-        if svc.get("name") in seen:
-            errors.append("service %r is listed twice" % svc["name"])
-        seen.add(svc.get("name"))
     if strategy != "explicit" and not facts:
         errors.append("strategy %s places services from the GPU facts, and none were given" % strategy)
     errors.extend(facts_errors(facts))

@@ -14,12 +14,76 @@ from __future__ import annotations
 
 import re
 import typing as t
+from urllib.parse import urlsplit
+
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _validate
 
 REQUESTS = ("auto", "gpus", "runtime", "cdi")
 NO_GPU = "no GPU visible in the container"
 
 _GPU_LINE = re.compile(r"^GPU (\d+): (.*?) \(UUID: (GPU-[0-9a-fA-F-]+)\)\s*$")
 _MIG_LINE = re.compile(r"^\s+MIG (\S+)\s+Device\s+(\d+): \(UUID: (MIG-[0-9a-fA-F-]+)\)\s*$")
+
+
+# The module's option rules, checked before the engine is asked anything; the gpu_verify role checks its variables by
+# the same rules in its first task (module_utils/_role_inputs.py).
+_DOCKER_HOST_RE = re.compile(r"(unix|tcp|ssh|http|https)://[A-Za-z0-9_.:/@%\[\]~+-]+")
+_IMAGE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@+-]*")
+_DEVICE_ID_RE = re.compile(r"(\d{1,2}|GPU-[0-9a-fA-F-]{36}|MIG-[A-Za-z0-9/-]{1,80})")
+_HOST_NAME_RE = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_.-]{0,252})|\[[0-9A-Fa-f:.]{2,45}\]")
+
+
+def docker_host_problem(address: str) -> str | None:
+    """Why ``address`` (already of _DOCKER_HOST_RE's characters) is not an engine address; None when it is.
+
+    unix:// takes an absolute socket path; tcp://, http://, https:// and ssh:// take a host, and a port from 1 to 65535
+    when one is given.
+    """
+    scheme, _sep, rest = address.partition("://")
+    if scheme == "unix":
+        return None if rest.startswith("/") and "//" not in rest[1:] else "unix:// takes an absolute socket path, as in unix:///var/run/docker.sock"
+    try:
+        parts = urlsplit(address)
+        port = parts.port
+    except ValueError as exc:
+        return "is not a valid address: %s" % exc
+    host = parts.hostname or ""
+    netloc_host = parts.netloc.rsplit("@", 1)[-1]
+    if not host or not _HOST_NAME_RE.fullmatch(netloc_host.rsplit(":", 1)[0] if not netloc_host.startswith("[") else netloc_host.split("]")[0] + "]"):
+        return "names no host: give %s://HOST:PORT" % scheme
+    if port is not None and not 1 <= port <= 65535:
+        return "has port %d; a port is from 1 to 65535" % port
+    if netloc_host.endswith(":"):
+        return "has an empty port after the colon"
+    if parts.path not in ("", "/") or parts.query or parts.fragment:
+        return "has a path, query or fragment after the host; give %s://HOST:PORT" % scheme
+    return None
+
+
+class DockerHost(_validate.Text):
+    """An engine address: the characters of _DOCKER_HOST_RE, then :func:`docker_host_problem`."""
+
+    def __init__(self) -> None:
+        super().__init__(max_length=512, pattern=_DOCKER_HOST_RE,
+                         what="an engine address such as unix:///var/run/docker.sock or tcp://host:2376")
+
+    def check(self, option: str, value: t.Any) -> None:
+        super().check(option, value)
+        problem = docker_host_problem(value)
+        if problem is not None:
+            raise _validate.InputError(option, value, problem)
+
+
+OPTION_RULES: dict[str, _validate.Rule] = {
+    "docker_host": DockerHost(),
+    "timeout": _validate.Integer(1, 3600, "an hour"),
+    "image": _validate.Text(max_length=512, pattern=_IMAGE_RE, what="an image reference such as nvidia/cuda:12.4.1-base-ubuntu22.04"),
+    "command": _validate.ListOf(_validate.Text(empty=True, max_length=4096, space=True, ascii_only=False), min_items=1, max_items=64),
+    "device_ids": _validate.ListOf(_validate.Text(max_length=128, pattern=_DEVICE_ID_RE, what="a GPU index, a GPU UUID or a MIG UUID"),
+                                   max_items=64),
+    "runtime_name": _validate.Identifier(_validate.ENGINE_RUNTIME_RE, "a runtime name such as nvidia"),
+    "cdi_kind": _validate.Identifier(_validate.CDI_KIND_RE, "a CDI kind such as nvidia.com/gpu"),
+}
 
 
 class VerifyError(Exception):

@@ -174,10 +174,8 @@ expected_uuids:
   sample: [GPU-0a1b2c3d-0000-4000-8000-000000000000]
 """
 
-import re
 import traceback
 import typing as t
-from urllib.parse import urlsplit
 
 from ansible.module_utils.basic import missing_required_lib
 
@@ -206,54 +204,12 @@ def _version(text: str) -> tuple[int, ...]:
     return tuple(parts)
 
 
-# Checked before the engine is asked anything.
-_DOCKER_HOST_RE = re.compile(r"(unix|tcp|ssh|http|https)://[A-Za-z0-9_.:/@%\[\]~+-]+")
-_HOST_NAME_RE = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_.-]{0,252})|\[[0-9A-Fa-f:.]{2,45}\]")
 # What the SDK raises when the engine cannot be reached or answers nonsense: its own errors, requests' (OSErrors) and
 # urllib3's address errors (ValueErrors). Each ends the check with a reason, never a traceback.
 ENGINE_ERRORS: tuple[type[BaseException], ...] = (OSError, ValueError)
-
-
-def docker_host_problem(address: str) -> str | None:
-    """Why ``address`` (already of _DOCKER_HOST_RE's characters) is not an engine address; None when it is.
-
-    unix:// takes an absolute socket path; tcp://, http://, https:// and ssh:// take a host, and a port from 1 to 65535
-    when one is given.
-    """
-    scheme, _sep, rest = address.partition("://")
-    if scheme == "unix":
-        return None if rest.startswith("/") and "//" not in rest[1:] else "unix:// takes an absolute socket path, as in unix:///var/run/docker.sock"
-    try:
-        parts = urlsplit(address)
-        port = parts.port
-    except ValueError as exc:
-        return "is not a valid address: %s" % exc
-    host = parts.hostname or ""
-    netloc_host = parts.netloc.rsplit("@", 1)[-1]
-    if not host or not _HOST_NAME_RE.fullmatch(netloc_host.rsplit(":", 1)[0] if not netloc_host.startswith("[") else netloc_host.split("]")[0] + "]"):
-        return "names no host: give %s://HOST:PORT" % scheme
-    if port is not None and not 1 <= port <= 65535:
-        return "has port %d; a port is from 1 to 65535" % port
-    if netloc_host.endswith(":"):
-        return "has an empty port after the colon"
-    if parts.path not in ("", "/") or parts.query or parts.fragment:
-        return "has a path, query or fragment after the host; give %s://HOST:PORT" % scheme
-    return None
-
-
-_IMAGE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]*$")
-_DEVICE_ID_RE = re.compile(r"^(\d{1,2}|GPU-[0-9a-fA-F-]{36}|MIG-[A-Za-z0-9/-]{1,80})$")
-RULES: dict[str, _validate.Rule] = {
-    "docker_host": _validate.Text(max_length=512, pattern=_DOCKER_HOST_RE,
-                                  what="an engine address such as unix:///var/run/docker.sock or tcp://host:2376"),
-    "timeout": _validate.Integer(1, 3600, "an hour"),
-    "image": _validate.Text(max_length=512, pattern=_IMAGE_RE, what="an image reference such as nvidia/cuda:12.4.1-base-ubuntu22.04"),
-    "command": _validate.ListOf(_validate.Text(empty=True, max_length=4096, space=True, ascii_only=False), min_items=1, max_items=64),
-    "device_ids": _validate.ListOf(_validate.Text(max_length=128, pattern=_DEVICE_ID_RE, what="a GPU index, a GPU UUID or a MIG UUID"),
-                                   max_items=64),
-    "runtime_name": _validate.Identifier(_validate.ENGINE_RUNTIME_RE, "a runtime name such as nvidia"),
-    "cdi_kind": _validate.Identifier(_validate.CDI_KIND_RE, "a CDI kind such as nvidia.com/gpu"),
-}
+# Checked before the engine is asked anything (module_utils/_verify.py: the gpu_verify role checks its variables by the
+# same rules in its first task).
+RULES: dict[str, _validate.Rule] = _verify.OPTION_RULES
 
 
 def run_container(client: t.Any, image: str, command: list[str], options: dict[str, t.Any], timeout: int) -> tuple[int | None, str, str | None]:
@@ -307,10 +263,6 @@ def main() -> None:
         supports_check_mode=True,
     )
     errors = _validate.check(module.params, RULES)
-    if not errors:
-        problem = docker_host_problem(module.params["docker_host"])
-        if problem is not None:
-            errors.append("docker_host %r %s" % (module.params["docker_host"], problem))
     facts_error = _gpu_schema.facts_error(module.params["facts"])
     if facts_error:
         errors.append(facts_error)

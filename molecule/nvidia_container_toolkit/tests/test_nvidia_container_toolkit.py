@@ -389,4 +389,6 @@ def test_bad_inputs_fail_before_any_change(host, gpuhost_instance):
     assert "1.16.2 is not in the apt repository" in report["missing_version"]
     assert "offers 1.17.8, 1.18.0" in report["missing_version"]
     assert "1.11.0 is too old for CDI" in report["cdi_too_old"]
+    assert "nvidia_container_toolkit_node_labels_file: 'etc/node-labels' is not an absolute path" in report["relative_labels"]
+    assert "nvidia_container_toolkit_cdi_refresh_before[0]: 'docker.service\\n' holds the control character" in report["unit_newline"]
     assert host.file("/etc/docker/broken-daemon.json").content_string == broken_before

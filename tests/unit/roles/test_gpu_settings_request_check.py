@@ -24,7 +24,7 @@ CASES = {
     "index-beyond-any-host": ({"gpu_settings_spec": {"gpus": ["64"]}}, ["gpus[0]: '64' is not a GPU index (0 to 63)"]),
     "unknown-key": ({"gpu_settings_spec": {"persistence": True}}, ["unsupported option persistence."]),
     "path-and-spec": ({"gpu_settings_spec_path": "/etc/gpuhost/../x.json", "gpu_settings_spec": {"power_limit": 0}},
-                      ['(refused: "/etc/gpuhost/../x.json").', "gpu_settings_spec: power_limit: 0.0 must be above 0."]),
+                      ["gpu_settings_spec_path: '/etc/gpuhost/../x.json' has a '.' or '..' component", "gpu_settings_spec: power_limit: 0.0 must be above 0."]),
 }
 
 
@@ -36,5 +36,5 @@ def test_a_bad_request_stops_the_role_before_anything_is_read(role_tasks) -> Non
         assert check.get("failed"), (name, check)
         for message in messages:
             assert message in check["msg"], (name, message, check["msg"])
-        assert "Nothing was changed" in check["msg"] or "refused:" in check["msg"], check["msg"]
+        assert "Nothing was changed" in check["msg"], check["msg"]
         assert LATER not in tasks and role_tasks.reached not in tasks, (name, sorted(tasks))
