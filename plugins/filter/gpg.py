@@ -15,6 +15,7 @@ from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.gpuhost.nvidia.plugins.plugin_utils._filter_args import guarded
 from ansible_collections.gpuhost.nvidia.plugins.plugin_utils._lazy import module_utils
 
 # Imported when a filter of this file first runs, not when Ansible loads the file (plugin_utils/_lazy.py).
@@ -50,7 +51,7 @@ def gpg_fingerprint(value: t.Any, empty: bool = False) -> str:
 
 class FilterModule:
     def filters(self) -> dict[str, t.Callable[..., t.Any]]:
-        return {
+        return guarded({
             "gpg_primary_fingerprints": gpg_primary_fingerprints,
             "gpg_fingerprint": gpg_fingerprint,
-        }
+        })

@@ -13,7 +13,7 @@ import typing as t
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpuhost.nvidia.plugins.plugin_utils._filter_args import mapping, plain
+from ansible_collections.gpuhost.nvidia.plugins.plugin_utils._filter_args import guarded, mapping, plain
 from ansible_collections.gpuhost.nvidia.plugins.plugin_utils._lazy import module_utils
 
 # Imported when a filter of this file first runs, not when Ansible loads the file (plugin_utils/_lazy.py).
@@ -36,4 +36,4 @@ def gpu_k8s_manifests(request: t.Any) -> dict[str, t.Any]:
 
 class FilterModule:
     def filters(self) -> dict[str, t.Callable[..., t.Any]]:
-        return {"gpu_k8s_manifests": gpu_k8s_manifests, "gpu_k8s_manifest_errors": gpu_k8s_manifest_errors}
+        return guarded({"gpu_k8s_manifests": gpu_k8s_manifests, "gpu_k8s_manifest_errors": gpu_k8s_manifest_errors})

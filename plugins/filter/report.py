@@ -13,6 +13,7 @@ import typing as t
 from collections.abc import Mapping, Sequence
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.gpuhost.nvidia.plugins.plugin_utils._filter_args import guarded
 from ansible_collections.gpuhost.nvidia.plugins.plugin_utils._lazy import module_utils
 
 # Imported when a filter of this file first runs, not when Ansible loads the file (plugin_utils/_lazy.py).
@@ -56,4 +57,4 @@ def gpu_exporter_file_sd(targets: t.Any) -> list[dict[str, t.Any]]:
 
 class FilterModule:
     def filters(self) -> dict[str, t.Callable[..., t.Any]]:
-        return {"gpu_fleet_report": gpu_fleet_report, "gpu_exporter_file_sd": gpu_exporter_file_sd}
+        return guarded({"gpu_fleet_report": gpu_fleet_report, "gpu_exporter_file_sd": gpu_exporter_file_sd})

@@ -12,7 +12,7 @@ import typing as t
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpuhost.nvidia.plugins.plugin_utils._filter_args import mapping, plain
+from ansible_collections.gpuhost.nvidia.plugins.plugin_utils._filter_args import guarded, mapping, plain
 from ansible_collections.gpuhost.nvidia.plugins.plugin_utils._lazy import module_utils
 
 # Imported when a filter of this file first runs, not when Ansible loads the file (plugin_utils/_lazy.py).
@@ -39,7 +39,7 @@ def systemd_quote(value: t.Any) -> str:
 
 class FilterModule:
     def filters(self) -> dict[str, t.Callable[..., t.Any]]:
-        return {
+        return guarded({
             "role_input_errors": role_input_errors,
             "systemd_quote": systemd_quote,
-        }
+        })

@@ -87,9 +87,15 @@ def nvidia_container_restarts(engines: t.Any, policy: str = "always") -> dict[st
     for index, engine in enumerate(engines):
         state = mapping(engine, "nvidia_container_restarts engines[%d]" % index)
         missing = [key for key in _engine_restart.STATE_KEYS if key not in state]
-        if missing or state["name"] not in _engine_restart.ENGINES:
+        if missing or not isinstance(state["name"], str) or state["name"] not in _engine_restart.ENGINES:
             raise AnsibleFilterError("nvidia_container_restarts engines[%d]: not an engine state of nvidia_container_runtime "
                                      "(missing %s, or an unknown engine %r)" % (index, ", ".join(missing) or "nothing", state.get("name")))
+        for key in ("newest", "started"):
+            value = state[key]
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value != value
+                                      or value in (float("inf"), float("-inf"))):
+                raise AnsibleFilterError("nvidia_container_restarts engines[%d].%s: a time in seconds or null, as "
+                                         "nvidia_container_runtime returns it, not %r" % (index, key, value))
         states.append({key: state[key] for key in _engine_restart.STATE_KEYS})
         if state.get("problem") and state["problem"] not in problems:
             problems.append(state["problem"])

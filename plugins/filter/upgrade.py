@@ -145,6 +145,9 @@ def gpu_upgrade_post_check(
     """One host after its upgrade against the roll's targets (module_utils/_upgrade.py post_check)."""
     facts = gpu_facts(facts, "gpu_upgrade_post_check: the GPU facts")
     targets = mapping(targets, "gpu_upgrade_post_check: targets")
+    if not isinstance(targets.get("errors", []), list):
+        raise AnsibleFilterError("gpu_upgrade_post_check: targets.errors must be the list gpu_upgrade_targets returns, got %r"
+                                 % (targets.get("errors"),))
     if targets.get("errors"):
         raise AnsibleFilterError("gpu_upgrade_post_check: the targets are wrong: %s" % "; ".join(map(str, targets["errors"])))
     problems = _upgrade.check_packages_arguments(packages, names) + _upgrade.check_packages_arguments(packages_before, None)

@@ -127,7 +127,7 @@ def _sharing_errors(sharing: t.Any, default: t.Any) -> list[str]:
         for flag in ("rename_by_default", "fail_requests_greater_than_one"):
             if flag in slicing and not isinstance(slicing[flag], bool):
                 errors.append("%s: %s %s must be true or false" % (where, flag, _show(slicing[flag])))
-    if default and default not in sharing:
+    if isinstance(default, str) and default and default not in sharing:
         errors.append("default_config %s names no sharing config (%s)" % (_show(default), ", ".join(map(str, sharing)) or "none"))
     return errors
 

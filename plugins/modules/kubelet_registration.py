@@ -146,8 +146,6 @@ import json
 import os
 import typing as t
 
-from ansible.module_utils.basic import AnsibleModule
-
 from ansible_collections.gpuhost.nvidia.plugins.module_utils import _files, _kubelet, _validate
 
 RULES = {
@@ -266,7 +264,7 @@ def plan(params: t.Mapping[str, t.Any], record: dict[str, t.Any]) -> tuple[dict[
 
 
 def main() -> None:
-    module = AnsibleModule(
+    module = _validate.ansible_module(
         argument_spec=dict(
             labels=dict(type="dict", default={}),
             taints=dict(type="list", elements="dict", default=[], options=dict(

@@ -193,21 +193,22 @@ gpu_containers:
 import os
 import typing as t
 
-from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _engine_restart, _files, _validate
 
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _engine_restart
+RULES = {"docker_daemon_json": _validate.Path(), "proc_root": _validate.Path()}
 
 
 def read_text(path: str) -> str | None:
+    """A file's text, or None when it cannot be read (a FIFO, a device or a directory is refused unopened)."""
     try:
-        with open(path, "rb") as handle:
-            return handle.read(1 << 20).decode("utf-8", "replace")
-    except OSError:
+        data = _files.read_bytes(path, "path", max_size=1 << 20)
+    except (_files.FileError, OSError):
         return None
+    return None if data is None else data.decode("utf-8", "replace")
 
 
 def main() -> None:
-    module = AnsibleModule(
+    module = _validate.ansible_module(
         argument_spec=dict(
             engines=dict(type="list", elements="dict", required=True, options=dict(
                 name=dict(type="str", required=True, choices=list(_engine_restart.ENGINES)),
@@ -222,6 +223,11 @@ def main() -> None:
         supports_check_mode=True,
     )
     p = module.params
+    errors = _validate.check(p, RULES)
+    errors += ["engines[%d].files %s" % (i, e) for i, engine in enumerate(p["engines"])
+               for e in _validate.check({"files": engine["files"]}, {"files": _validate.ListOf(_validate.Path())})]
+    if errors:
+        module.fail_json(msg="; ".join(errors), errors=errors)
     engines, problem = _engine_restart.engine_states(module, p["engines"])
     if problem:
         module.warn(problem)

@@ -430,7 +430,7 @@ def apt_lists(module: AnsibleModule, result: dict[str, t.Any], source_changed: b
 
 
 def main() -> None:
-    module = AnsibleModule(
+    module = _validate.ansible_module(
         argument_spec=dict(
             fingerprint=dict(type="str", required=True),
             url=dict(type="str"),

@@ -60,13 +60,16 @@ def _good(tmp: str) -> dict[str, dict[str, t.Any]]:
         "repository_key": {"fingerprint": "AE09FE4BBD223A84B2CCFCE3F60F4B3D7FA2AF80", "dest": os.path.join(tmp, "key.gpg"),
                            "url": "https://127.0.0.1:1/key.asc"},
         "vfio_kernel_args": {"path": os.path.join(tmp, "grub"), "args": ["iommu=pt"]},
+        "kubelet_registration": {"env_file": os.path.join(tmp, "kubelet"), "record": os.path.join(tmp, "kubelet-record.json"),
+                                 "labels": {"nvidia.com/gpu": "true"},
+                                 "taints": [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]},
     }
 
 
 # The option of each module that takes the GPU facts.
 FACTS_OPTION = {"gpu_compose_override": "facts", "gpu_container_check": "facts", "nvidia_cdi_spec": "facts", "nvidia_gpu_doctor": "facts"}
-# Modules other engineers own in this round: a traceback found in them is theirs to fix, and is listed, not hidden.
-OWNED = {"nvidia_container_restart_plan": "owned by h-busy", "repository_key": "owned by h-keys"}
+# Modules whose traceback is known and not fixed yet, with why (none: keep it that way).
+OWNED: dict[str, str] = {}
 
 MODULE_NAMES = sorted(os.path.splitext(os.path.basename(p))[0] for p in glob.glob(os.path.join(ROOT, "plugins", "modules", "*.py")))
 
@@ -235,14 +238,15 @@ def test_engine_addresses_it_cannot_use_are_refused_by_name(address, expected, t
     run = _runner(monkeypatch)
     result, error = run(module, dict(_good(str(tmp_path))["gpu_container_check"], docker_host=address))
     assert error is None and result is not None and result.get("failed") is True, (result, error)
-    assert result["msg"].startswith("docker_host %r" % address) and expected in result["msg"], result["msg"]
+    assert result["msg"].startswith("docker_host: %r" % address) and expected in result["msg"], result["msg"]
 
 
 @pytest.mark.parametrize("address", ["unix:///var/run/docker.sock", "tcp://127.0.0.1:2376", "tcp://[::1]:2375", "ssh://user@host",
                                      "https://docker.example:65535", "tcp://host"])
 def test_engine_addresses_it_can_use_pass(address):
-    module = importlib.import_module("ansible_collections.gpuhost.nvidia.plugins.modules.gpu_container_check")
-    assert module.docker_host_problem(address) is None
+    from ansible_collections.gpuhost.nvidia.plugins.module_utils import _verify
+
+    assert _verify.docker_host_problem(address) is None
 
 
 def test_an_unreachable_engine_is_the_reason_not_a_traceback(tmp_path, monkeypatch):

@@ -18,6 +18,8 @@ import time
 
 import pytest
 
+from ansible.module_utils import basic
+
 from ansible_collections.gpuhost.nvidia.plugins.module_utils import _engine_restart as er
 from ansible_collections.gpuhost.nvidia.plugins.modules import nvidia_container_restart_plan
 
@@ -174,7 +176,7 @@ def fake_host(monkeypatch, tmp_path):
         out = "".join("Id=%s\nActiveState=active\nExecMainStartTimestampMonotonic=%d\n\n" % (unit, started_us) for unit in args[3:])
         return 0, out, ""
 
-    monkeypatch.setattr(nvidia_container_restart_plan.AnsibleModule, "run_command", run_command)
+    monkeypatch.setattr(basic.AnsibleModule, "run_command", run_command)
     return {"proc": str(tmp_path / "proc"), "daemon": daemon, "calls": calls}
 
 
@@ -220,7 +222,7 @@ def test_module_config_newer_than_the_engine_is_due(run_module, fake_host):
 
 
 def test_module_without_systemd_restarts_nothing_and_says_why(run_module, fake_host, monkeypatch):
-    monkeypatch.setattr(nvidia_container_restart_plan.AnsibleModule, "run_command",
+    monkeypatch.setattr(basic.AnsibleModule, "run_command",
                         lambda self, args, **kwargs: (1, "", "System has not been booted with systemd"))
     result = run_module(nvidia_container_restart_plan, module_args(fake_host, policy="always"), bins=SYSTEMCTL)
     assert not result.get("failed") and result["restart"] == [] and result["engines"][0]["active"] is False
