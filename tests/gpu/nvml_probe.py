@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Read-only NVML probe for the GPU tier: what each getter answers on a real GPU, errors included.
 
 Only nvmlInit/nvmlShutdown and nvml*Get* getters are called; nothing is set. The output is JSON on stdout:
