@@ -139,8 +139,8 @@ def test_the_good_request_alone_writes(run_module, no_commands, host):
 def test_a_file_in_a_directory_of_the_same_call_is_not_refused(run_module, no_commands, host):
     tmp_path, _special = host
     deep = str(tmp_path / "new" / "deeper")
-    request = {"directories": [{"path": deep}], "files": [{"path": os.path.join(deep, "x.conf"), "content": "x"},
-                                                           {"path": str(tmp_path / "new" / "y.conf"), "content": "y"}]}
+    request = {"directories": [{"path": deep}],
+               "files": [{"path": os.path.join(deep, "x.conf"), "content": "x"}, {"path": str(tmp_path / "new" / "y.conf"), "content": "y"}]}
     real = run_module(gpuhost_apply, request)
     assert not real.get("failed") and os.path.isfile(os.path.join(deep, "x.conf")), real
 

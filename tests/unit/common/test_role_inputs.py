@@ -265,8 +265,8 @@ BATTERY = {
     ("gpu_doctor", "gpu_doctor_cdi_dirs"): [["/etc/cdi/../x"], ["cdi"], "/etc/cdi"],
     ("gpu_doctor", "gpu_doctor_runtime_name"): ["nvidia runc", "-nvidia", "nvidia\n"],
     ("gpu_compose", "gpu_compose_projects"): [[{"path": "srv", "services": [{"name": "a"}]}], [{"path": "/srv/../etc"}], [{"services": []}],
-                                              [{"path": "/srv", "compose_files": ["../../etc/x.yml"]}], [{"path": "/srv", "mode": "u+rwx\n"}],
-                                              [{"path": "/srv", "owner": "root;id"}], "/srv"],
+                    [{"path": "/srv", "compose_files": ["../../etc/x.yml"]}], [{"path": "/srv", "mode": "u+rwx\n"}],
+                    [{"path": "/srv", "owner": "root;id"}], "/srv"],
     ("gpu_compose", "gpu_compose_strategy"): ["Explicit", "explicit\n", "", True],
     ("gpu_compose", "gpu_compose_override_name"): ["../x.yml", "a/b.yml", "x.json", ".yml", "x .yml", "x.yml\n"],
     ("gpu_compose", "gpu_compose_mode"): ["u+x;id", "u=rw g=r", "0888", True, 99999, "644 "],
@@ -334,14 +334,14 @@ def test_systemd_quote_refuses_what_no_line_can_carry(value):
 
 # The services as the override module checks them (module_utils/_compose.py), before the role installs PyYAML.
 COMPOSE_SERVICES = [[{"path": "/srv", "services": []}], [{"path": "/srv", "services": ["app"]}],
-                                              [{"path": "/srv", "services": [{"name": "app;id"}]}],
-                                              [{"path": "/srv", "services": [{"name": "app\nx"}]}],
-                                              [{"path": "/srv", "services": [{"name": "a", "count": 0}]}],
-                                              [{"path": "/srv", "services": [{"name": "a", "count": 1, "device_ids": ["0"]}]}],
-                                              [{"path": "/srv", "services": [{"name": "a"}, {"name": "a"}]}],
-                                              [{"path": "/srv", "strategy": "pack", "services": [{"name": "a", "count": 1}]}],
-                                              [{"path": "/srv", "services": [{"name": "a", "device_ids": ["0\n1"]}]}],
-                                              [{"path": "/srv", "services": [{"name": "a", "environment": {"A B": "x"}}]}]]
+                    [{"path": "/srv", "services": [{"name": "app;id"}]}],
+                    [{"path": "/srv", "services": [{"name": "app\nx"}]}],
+                    [{"path": "/srv", "services": [{"name": "a", "count": 0}]}],
+                    [{"path": "/srv", "services": [{"name": "a", "count": 1, "device_ids": ["0"]}]}],
+                    [{"path": "/srv", "services": [{"name": "a"}, {"name": "a"}]}],
+                    [{"path": "/srv", "strategy": "pack", "services": [{"name": "a", "count": 1}]}],
+                    [{"path": "/srv", "services": [{"name": "a", "device_ids": ["0\n1"]}]}],
+                    [{"path": "/srv", "services": [{"name": "a", "environment": {"A B": "x"}}]}]]
 
 
 @pytest.mark.parametrize("projects", COMPOSE_SERVICES)

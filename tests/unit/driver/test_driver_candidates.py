@@ -53,7 +53,8 @@ def test_filter_plugin_exposes_the_filters_and_accepts_ansible_facts():
                             "nvidia_driver_dnf_versions", "nvidia_driver_dkms_lines"}
     caps = {"supported": True, "sources": {"distro": {"available": True, "branches": [535], "default_branch": 535}}}
     facts = {"nvidia_gpu": {"present": True, "gpus": [{"pci_bus_id": "0000:01:00.0", "pci_device_id": "10de:2330"}]}}
-    plan = filters["nvidia_driver_plan"]({"source": "distro"}, facts, {"distribution": "Debian", "distribution_major_version": "12", "secure_boot": False}, caps)
+    host = {"distribution": "Debian", "distribution_major_version": "12", "secure_boot": False}
+    plan = filters["nvidia_driver_plan"]({"source": "distro"}, facts, host, caps)
     assert (plan["flavour"], plan["branch"], plan["errors"]) == ("open", 535, [])
     assert filters["nvidia_driver_candidate_errors"](plan, "535.261.03-1") == []
     with pytest.raises(AnsibleFilterError, match="expected a dict"):

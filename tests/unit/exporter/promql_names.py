@@ -29,7 +29,8 @@ AGGREGATIONS = frozenset({"sum", "min", "max", "avg", "group", "stddev", "stdvar
 FUNCTIONS = frozenset({
     "abs", "absent", "absent_over_time", "acos", "acosh", "asin", "asinh", "atan", "atanh", "avg_over_time", "ceil", "changes",
     "clamp", "clamp_max", "clamp_min", "cos", "cosh", "count_over_time", "day_of_month", "day_of_week", "day_of_year",
-    "days_in_month", "deg", "delta", "deriv", "double_exponential_smoothing", "end", "exp", "floor", "holt_winters", "histogram_avg", "histogram_count", "histogram_fraction",
+    "days_in_month", "deg", "delta", "deriv", "double_exponential_smoothing", "end", "exp", "floor", "holt_winters",
+    "histogram_avg", "histogram_count", "histogram_fraction",
     "histogram_quantile", "histogram_stddev", "histogram_stdvar", "histogram_sum", "hour", "idelta", "increase", "irate",
     "last_over_time", "ln", "log10", "log2", "mad_over_time", "max_over_time", "min_over_time", "minute", "month", "pi",
     "predict_linear", "present_over_time", "quantile_over_time", "rad", "rate", "resets", "round", "scalar", "sgn", "sin",

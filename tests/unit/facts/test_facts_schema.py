@@ -70,8 +70,8 @@ def test_the_schema_agrees_with_return():
     assert _agree(_gpu_schema.FACTS_SCHEMA, _documented(), "nvidia_gpu") == []
 
 
-GOOD = {"state": "ok", "driver": {"version": "550.54.15"}, "gpus": [{"index": 0, "memory_total_mib": 81559, "mig": {"current": False},
-                                                                      "mig_devices": [], "numa_node": -1, "power_draw_w": 60.5}]}
+GOOD = {"state": "ok", "driver": {"version": "550.54.15"},
+        "gpus": [{"index": 0, "memory_total_mib": 81559, "mig": {"current": False}, "mig_devices": [], "numa_node": -1, "power_draw_w": 60.5}]}
 BAD = [
     (["x"], "facts must be a dict"),
     ({"gpus": "x"}, "facts.gpus must be a list, got str 'x'"),

@@ -55,8 +55,8 @@ HOSTS = {
                  "gathered without the processes"),
     "gpus5": ({"gpuhost_upgrade_facts": {"present": True, "gpus": 5}}, "refused", "no GPU list"),
     "empty": ({"gpuhost_upgrade_facts": {}}, "refused", "no GPU list"),
-    "mixed": ({"gpuhost_upgrade_facts": {**IDLE, "gpus": [dict(GPU, processes=[PYTHON3]),
-                                                         dict(GPU, index=1, processes=None, processes_error="Unknown Error")]}},
+    "mixed": ({"gpuhost_upgrade_facts": {**IDLE, "gpus": [
+        dict(GPU, processes=[PYTHON3]), dict(GPU, index=1, processes=None, processes_error="Unknown Error")]}},
               "refused", "python3 (pid 4242) on GPU 0, 512 MiB; GPU 1: Unknown Error"),
     "vfio": ({"gpuhost_upgrade_facts": facts(index=None, state="pci_only", bound_driver="vfio-pci", processes=None)}, "ok", None),
     "waited": ({"gpuhost_upgrade_facts": facts(processes=None, processes_error=NO_PERMISSION), "gpuhost_upgrade_busy": "wait",
@@ -84,7 +84,8 @@ def _roll(tmp_path: Path, *extra: str) -> dict:
     (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inventory))
     env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json", ANSIBLE_NOCOLOR="1", ANSIBLE_LOCALHOST_WARNING="0")
     proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(tmp_path / "inventory.yml"),
-                           str(PLAYBOOK), "-f", "8", "-e", "gpuhost_upgrade_serial=100%", *extra], env=env, capture_output=True, text=True, check=False, timeout=500)
+                           str(PLAYBOOK), "-f", "8", "-e", "gpuhost_upgrade_serial=100%", *extra],
+                          env=env, capture_output=True, text=True, check=False, timeout=500)
     try:
         return json.loads(proc.stdout)
     except json.JSONDecodeError as exc:

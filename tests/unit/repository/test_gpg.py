@@ -298,8 +298,8 @@ def test_crafted_signatures_are_read_by_version(version):
     reason = _sub(_gpg.SUB_REASON, b"\x02stolen laptop")
     sig = _signature(version, 0x20, _sub(_gpg.SUB_CREATION, created) + reason, _sub(_gpg.SUB_ISSUER, b"\x01" * 8))
     parsed = _gpg.read_signature(_gpg.packets(sig)[0][1])
-    assert (parsed.sig_type, parsed.created, parsed.issuers, parsed.reason) == (0x20, 1_600_000_000, ["01" * 8],
-                                                                                 "key material compromised: stolen laptop")
+    assert (parsed.sig_type, parsed.created, parsed.issuers, parsed.reason) == (
+        0x20, 1_600_000_000, ["01" * 8], "key material compromised: stolen laptop")
     # A key expiration only counts in the hashed area, which the signature covers.
     sig = _signature(version, 0x13, _sub(_gpg.SUB_CREATION, created), _sub(_gpg.SUB_KEY_EXPIRATION, (86400).to_bytes(4, "big")))
     assert _gpg.read_signature(_gpg.packets(sig)[0][1]).key_expiration is None

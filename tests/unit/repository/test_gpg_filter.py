@@ -6,7 +6,10 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
+
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpuhost.nvidia.plugins.filter import gpg as gpg_filters
@@ -71,7 +74,7 @@ def test_primary_fingerprints_keep_what_gpg_prints(colons, expected):
     ({"stdout": COLONS, "rc": 1}, "the gpg command failed (rc 1)"),
 ])
 def test_a_failed_gpg_is_not_no_keys(result, says):
-    with pytest.raises(AnsibleFilterError, match=r"^gpg_primary_fingerprints: " + says.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[").replace("]", r"\]")):
+    with pytest.raises(AnsibleFilterError, match=r"^gpg_primary_fingerprints: " + re.escape(says)):
         gpg_filters.gpg_primary_fingerprints(result)
 
 

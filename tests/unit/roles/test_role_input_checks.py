@@ -18,7 +18,8 @@ import pytest
 from systemd_words import systemd_split  # tests/unit/fakes, on the path by conftest.py
 
 # Tasks that may run before the check: the role's argument spec validation and its per-distribution variables.
-BEFORE_OK = ("Gathering Facts", "Load the distribution's package names", "Validating arguments against arg spec", "Set the per-distribution variables", "Ensure the facts used by the role",
+BEFORE_OK = ("Gathering Facts", "Load the distribution's package names", "Validating arguments against arg spec",
+             "Set the per-distribution variables", "Ensure the facts used by the role",
              "Set the variables that differ for this release",
              # nvidia_container_toolkit's include of its check file (tasks/check.yml).
              "Check the request and the values that reach files and units, before changing anything")

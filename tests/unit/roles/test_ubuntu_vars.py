@@ -170,7 +170,8 @@ def _plan(host: Host, request: dict[str, t.Any], secure_boot: bool | None) -> di
 def test_secure_boot_on_the_distro_source_takes_the_signed_azure_modules_and_holds_only_the_userland() -> None:
     host = _ubuntu_host("ubuntu2404", "6.8.0-1031-azure")
     plan = _plan(host, {"source": "distro", "flavour": "open"}, secure_boot=True)
-    assert (plan["errors"], plan["branch"], plan["dkms"], plan["secure_boot"]) == ([], 580, False, {"enabled": True, "detected": True, "stated": None, "path": "signed"})
+    assert (plan["errors"], plan["branch"], plan["dkms"], plan["secure_boot"]) == (
+        [], 580, False, {"enabled": True, "detected": True, "stated": None, "path": "signed"})
     pkgs = host.packages(plan)
     assert pkgs["module"]["open"] == ["linux-modules-nvidia-580-server-open-azure"]
     assert pkgs["userspace"] == ["nvidia-utils-580-server", "libnvidia-compute-580-server", "nvidia-kernel-common-580-server"]
