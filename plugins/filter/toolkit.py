@@ -11,6 +11,7 @@ module_utils/_labels.py and (the restarts) module_utils/_engine_restart.py.
 
 from __future__ import annotations
 
+import math
 import typing as t
 
 from ansible.errors import AnsibleFilterError
@@ -92,8 +93,7 @@ def nvidia_container_restarts(engines: t.Any, policy: str = "always") -> dict[st
                                      "(missing %s, or an unknown engine %r)" % (index, ", ".join(missing) or "nothing", state.get("name")))
         for key in ("newest", "started"):
             value = state[key]
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value != value
-                                      or value in (float("inf"), float("-inf"))):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)):
                 raise AnsibleFilterError("nvidia_container_restarts engines[%d].%s: a time in seconds or null, as "
                                          "nvidia_container_runtime returns it, not %r" % (index, key, value))
         states.append({key: state[key] for key in _engine_restart.STATE_KEYS})

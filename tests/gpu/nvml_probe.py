@@ -32,7 +32,7 @@ def plain(value):
     if isinstance(value, (list, tuple)):
         return [plain(v) for v in value]
     if hasattr(value, "_fields_"):
-        return {name: plain(getattr(value, name)) for name, _ in value._fields_}
+        return {field[0]: plain(getattr(value, field[0])) for field in value._fields_}
     if hasattr(value, "__dict__") and not isinstance(value, (int, float, str)):
         return {k: plain(v) for k, v in vars(value).items() if not k.startswith("_")}
     return value

@@ -18,7 +18,6 @@ from __future__ import annotations
 import copy
 import glob
 import importlib
-import inspect
 import os
 import typing as t
 

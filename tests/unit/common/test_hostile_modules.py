@@ -241,6 +241,10 @@ def test_engine_addresses_it_cannot_use_are_refused_by_name(address, expected, t
     assert result["msg"].startswith("docker_host: %r" % address) and expected in result["msg"], result["msg"]
 
 
+def _blocked(*_args):
+    raise TimeoutError("blocked on a FIFO")
+
+
 @pytest.mark.parametrize("address", ["unix:///var/run/docker.sock", "tcp://127.0.0.1:2376", "tcp://[::1]:2375", "ssh://user@host",
                                      "https://docker.example:65535", "tcp://host"])
 def test_engine_addresses_it_can_use_pass(address):
@@ -262,7 +266,7 @@ def test_the_facts_never_open_a_fifo_under_the_root(tmp_path):
     (tmp_path / "etc").mkdir()
     os.mkfifo(str(tmp_path / "etc" / "ld.so.cache"))
     os.mkfifo(str(tmp_path / "nvidia.ko"))
-    previous = signal.signal(signal.SIGALRM, lambda *_a: (_ for _ in ()).throw(TimeoutError("blocked on a FIFO")))
+    previous = signal.signal(signal.SIGALRM, _blocked)
     signal.alarm(10)
     try:
         assert pci._ld_cache_paths(str(tmp_path), "libcuda.so.1") == []  # pylint: disable=protected-access

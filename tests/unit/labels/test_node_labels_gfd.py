@@ -359,7 +359,7 @@ def test_gfd_resource_labels_over_random_nodes(seed):
             gpus[-1]["compute_capability"] = capability  # real MIG-enabled GPUs report their capability
     shuffled = gpus[:]
     rng.shuffle(shuffled)
-    labels, _ = _labels.node_labels(facts(*shuffled))
+    labels = _labels.node_labels(facts(*shuffled))[0]
     assert resource_labels(labels) in _gfd_possible_resource_labels(gpus)
     # Stable: the same node gives the same labels whatever order the facts list the GPUs in.
     assert labels_of(facts(*gpus)) == labels

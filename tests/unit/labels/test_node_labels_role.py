@@ -36,5 +36,5 @@ def test_labels_path(local_play):
             {"name": "Load the role's variables", "ansible.builtin.include_vars": os.path.abspath(os.path.join(ROLE, "vars", "main.yml"))},
             {"name": "Path", "ansible.builtin.debug": {"msg": "{{ __nvidia_container_toolkit_node_labels_path }}"}},
         ],
-    }], hosts={name: variables for name, (variables, _) in CASES.items()})
-    assert {name: result[name]["Path"]["msg"] for name in CASES} == {name: path for name, (_, path) in CASES.items()}
+    }], hosts={name: case[0] for name, case in CASES.items()})
+    assert {name: result[name]["Path"]["msg"] for name in CASES} == {name: case[1] for name, case in CASES.items()}

@@ -17,9 +17,9 @@ B = "580.159.04"
 NAMES = ["nvidia-persistenced", "nvidia-smi"]
 
 
-def _db(version: str, names=NAMES, **extra) -> dict:
+def _db(version: str, names=None, **extra) -> dict:
     """package_facts' layout: name -> [{name, version, ...}]."""
-    db = {name: [{"name": name, "version": version, "source": "apt"}] for name in names}
+    db = {name: [{"name": name, "version": version, "source": "apt"}] for name in (NAMES if names is None else names)}
     db.update(extra)
     return db
 
@@ -264,7 +264,6 @@ def test_post_check_filter_skips_what_is_switched_off():
 def test_post_check_filter_refuses_bad_arguments(kwargs, needle):
     args = {"facts": _facts(), "packages": _db(B + "-1"), "targets": upgrade.gpu_upgrade_targets(B), "names": NAMES}
     args.update(kwargs)
-    facts, packages, targets = args.pop("facts"), args.pop("packages"), args.pop("targets")
     with pytest.raises(AnsibleFilterError) as raised:
-        upgrade.gpu_upgrade_post_check(facts, packages, targets, **args)
+        upgrade.gpu_upgrade_post_check(**args)
     assert needle in str(raised.value)

@@ -161,12 +161,19 @@ def test_gpu_in_use_under_nvidia_fails(facts_for):
 UNREADABLE = [
     ({"processes": None, "processes_error": "nvmlDeviceGetComputeRunningProcesses failed: NoPermission"}, "NoPermission"),
     ({"processes": None}, "null"),
-    ({"processes": "none"}, "not a list"),
     ({"processes": [], "processes_error": "the process query did not return within 10 s"}, "did not return"),
     ({"processes": [], "state": "gpu_lost", "message": "lost"}, "gpu_lost"),
     ({"state": "ok"}, "gathered without the processes"),
     ({"state": "pci_only", "processes": None, "message": "seen on the PCI bus only (bound to nvidia)"}, "no source read its processes"),
 ]
+
+
+def test_processes_of_the_wrong_type_stop_the_plan(facts_for):
+    """Facts whose processes are not a list are malformed: the plan stops naming the field (the facts' type check)."""
+    facts = facts_for(TWO_3090)
+    facts["gpus"][0].update(state="ok", source="nvml", index=0, processes="none")
+    plan = _vfio.plan({"pci_addresses": ["0000:01:00.0"]}, facts, INTEL)
+    assert any("processes" in e for e in plan["errors"]) and not plan["gpus"]
 
 
 @pytest.mark.parametrize("record, reason", UNREADABLE)
