@@ -20,6 +20,8 @@ import pytest
 import sysfs
 from smi_xml import render
 
+from ansible.module_utils import basic
+
 from ansible_collections.gpuhost.nvidia.plugins.filter import upgrade
 from ansible_collections.gpuhost.nvidia.plugins.module_utils import _engine_restart as er
 from ansible_collections.gpuhost.nvidia.plugins.module_utils import _facts, _gpu_schema, _nvml, _smi
@@ -366,7 +368,7 @@ def test_restart_plan_module_defers_on_malformed_facts_without_a_traceback(run_m
     def run_command(self, args, **kwargs):
         return 0, "".join("Id=%s\nActiveState=active\nExecMainStartTimestampMonotonic=1\n\n" % unit for unit in args[3:]), ""
 
-    monkeypatch.setattr(nvidia_container_restart_plan.AnsibleModule, "run_command", run_command)
+    monkeypatch.setattr(basic.AnsibleModule, "run_command", run_command)
     args = {"engines": [{"name": "docker", "changed": True}], "gpu_facts": gpu_facts, "proc_root": str(tmp_path),
             "docker_daemon_json": str(tmp_path / "daemon.json")}
     result = run_module(nvidia_container_restart_plan, args, check_mode=check_mode, bins={"systemctl": "/bin/systemctl"})
