@@ -55,9 +55,10 @@ HOSTS = {
                  "gathered without the processes"),
     "gpus5": ({"gpuhost_upgrade_facts": {"present": True, "gpus": 5}}, "refused", "no GPU list"),
     "empty": ({"gpuhost_upgrade_facts": {}}, "refused", "no GPU list"),
-    "mixed": ({"gpuhost_upgrade_facts": {**IDLE, "gpus": [
-        dict(GPU, processes=[PYTHON3]), dict(GPU, index=1, processes=None, processes_error="Unknown Error")]}},
-              "refused", "python3 (pid 4242) on GPU 0, 512 MiB; GPU 1: Unknown Error"),
+    "mixed": (
+        {"gpuhost_upgrade_facts": {**IDLE, "gpus": [dict(GPU, processes=[PYTHON3]),
+                                                    dict(GPU, index=1, processes=None, processes_error="Unknown Error")]}},
+        "refused", "python3 (pid 4242) on GPU 0, 512 MiB; GPU 1: Unknown Error"),
     "vfio": ({"gpuhost_upgrade_facts": facts(index=None, state="pci_only", bound_driver="vfio-pci", processes=None)}, "ok", None),
     "waited": ({"gpuhost_upgrade_facts": facts(processes=None, processes_error=NO_PERMISSION), "gpuhost_upgrade_busy": "wait",
                 "gpuhost_upgrade_busy_timeout": 1, "gpuhost_upgrade_busy_delay": 1}, "refused", "after waiting 1 s"),
