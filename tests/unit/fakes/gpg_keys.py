@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 GPG = shutil.which("gpg")
+GPGCONF = shutil.which("gpgconf")
 MISSING = "tool missing: gpg (bindep.txt gnupg; tests/deps/install.sh)"
 
 
@@ -32,8 +33,15 @@ class TestKey:
 def gpg(home: Path, *args: str, data: bytes | None = None) -> bytes:
     home.mkdir(mode=0o700, parents=True, exist_ok=True)
     env = dict(os.environ, LC_ALL="C", GNUPGHOME=str(home))
-    return subprocess.run([str(GPG), "--batch", "--no-tty", "--homedir", str(home), *args], input=data, capture_output=True, check=True,
-                          env=env).stdout
+    try:
+        return subprocess.run([str(GPG), "--batch", "--no-tty", "--homedir", str(home), *args], input=data, capture_output=True,
+                              check=True, env=env).stdout
+    finally:
+        # gpg starts an agent per home directory and leaves it running. Each holds inotify instances, and a test run
+        # leaves dozens behind: enough to exhaust the user's inotify limit while Molecule's systemd containers run
+        # beside the unit tier (a path unit then fails to start).
+        if GPGCONF:
+            subprocess.run([GPGCONF, "--homedir", str(home), "--kill", "gpg-agent"], capture_output=True, check=False, env=env)
 
 
 def colons_fingerprints(home: Path, data: bytes) -> list[str]:
