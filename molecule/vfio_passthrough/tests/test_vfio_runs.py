@@ -25,13 +25,21 @@ def _checksums(host) -> str:
 
 @pytest.fixture(scope="module")
 def bad_run():
-    """One run of converge.yml with every bad input at once: the plan must name them all and nothing may change."""
-    extra = ('{"vfio_passthrough_pci_addresses": ["0000:1:0", "0000:04:00.0"], "vfio_passthrough_device_ids": ["10de:ffff"],'
-             ' "nvidia_driver_passthrough_pci_addresses": []}')
+    """Two runs of converge.yml with bad input, and nothing may change in either: first a value that is not even a PCI
+    address (the role's first task, which checks every variable that reaches a file, must stop and name it), then well
+    formed values this host cannot honour (the plan must name them all)."""
     before = {name: _state(name) for name in INSTANCES}
+    malformed = run_playbook_json(_converge(), "-e", '{"vfio_passthrough_pci_addresses": ["0000:1:0"]}')
+    extra = ('{"vfio_passthrough_pci_addresses": ["0000:04:00.0"], "vfio_passthrough_device_ids": ["10de:ffff"],'
+             ' "nvidia_driver_passthrough_pci_addresses": []}')
     result = run_playbook_json(_converge(), "-e", extra)
     # Read right away: the later runs of this module change the hosts before pytest gets to the other hosts' tests.
-    return result, before, {name: _state(name) for name in INSTANCES}
+    return malformed, result, before, {name: _state(name) for name in INSTANCES}
+
+
+def _failed(result: dict, instance: str) -> list:
+    return [(_name(task), task["hosts"][instance]) for play in result["plays"] for task in play["tasks"]
+            if task["hosts"].get(instance, {}).get("failed")]
 
 
 def _state(name: str) -> str:
@@ -45,12 +53,14 @@ def _state(name: str) -> str:
 
 
 def test_bad_inputs_fail_before_any_change(gpuhost_instance, bad_run):
-    bad_run, before, after = bad_run
-    failed = [(_name(task), task["hosts"][gpuhost_instance]) for play in bad_run["plays"] for task in play["tasks"]
-              if task["hosts"].get(gpuhost_instance, {}).get("failed")]
+    malformed, bad_run, before, after = bad_run
+    failed = _failed(malformed, gpuhost_instance)
+    assert [name for name, _outcome in failed] == ["Check the variables that reach the files and the commands, before changing anything"]
+    assert "'0000:1:0' is not a PCI address" in failed[0][1]["msg"]
+    assert changed_tasks(malformed, gpuhost_instance) == []
+    failed = _failed(bad_run, gpuhost_instance)
     assert [name for name, _outcome in failed] == ["Stop before any change when the request cannot be met"]
     msg = failed[0][1]["msg"]
-    assert "'0000:1:0' is not a PCI address" in msg
     assert "10de:ffff matches no NVIDIA GPU on this host" in msg
     assert ("IOMMU group 4 of 0000:04:00.0 also holds 0000:00:1f.3 (8086:a348, audio, driver snd_hda_intel), which would not "
             "go to vfio-pci") in msg
