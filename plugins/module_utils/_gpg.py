@@ -240,9 +240,14 @@ def key_fingerprint(body: bytes) -> str:
 SIG_CERTIFICATIONS = frozenset((0x10, 0x11, 0x12, 0x13))
 SIG_DIRECT_KEY = 0x1F
 SIG_KEY_REVOCATION = 0x20
+# A subkey's binding signature and its revocation (RFC 9580 section 5.2.1.9 and 5.2.1.12).
+SIG_SUBKEY_BINDING = 0x18
+SIG_SUBKEY_REVOCATION = 0x28
 # Signature subpackets (RFC 9580 section 5.2.3.7): creation time, key expiration time, issuer key ID, reason for
-# revocation, issuer fingerprint.
+# revocation, issuer fingerprint; key flags (section 5.2.3.29), whose 0x02 says the key may sign data.
 SUB_CREATION, SUB_KEY_EXPIRATION, SUB_ISSUER, SUB_REASON, SUB_ISSUER_FPR = 2, 9, 16, 29, 33
+SUB_KEY_FLAGS = 27
+FLAG_SIGN_DATA = 0x02
 # Reason for Revocation codes (RFC 9580 section 5.2.3.31).
 REVOCATION_REASONS = {0: "no reason given", 1: "key superseded", 2: "key material compromised", 3: "key retired"}
 
@@ -257,6 +262,7 @@ class Signature:
     key_expiration: int | None = None  # seconds after the key's creation (hashed area only); 0 means never
     issuers: list[str] = field(default_factory=list)  # upper-case hex key IDs and fingerprints
     reason: str | None = None
+    key_flags: int | None = None  # the first octet of the key flags subpacket (hashed area only); None when absent
 
 
 def _subpackets(data: bytes) -> list[tuple[int, bytes]]:
@@ -323,6 +329,8 @@ def read_signature(body: bytes) -> Signature:
                 sig.created = int.from_bytes(data, "big")
             elif kind == SUB_KEY_EXPIRATION and len(data) == 4:
                 sig.key_expiration = int.from_bytes(data, "big")
+            elif kind == SUB_KEY_FLAGS and data:
+                sig.key_flags = data[0]
             elif kind == SUB_REASON and data:
                 text = data[1:].decode("utf-8", errors="replace")
                 sig.reason = REVOCATION_REASONS.get(data[0], "reason code %d" % data[0]) + (": %s" % text if text else "")
@@ -334,6 +342,45 @@ def utc(timestamp: int | None) -> str:
     if timestamp is None:
         return "an unknown time"
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(timestamp))
+
+
+def _newest(signatures: list[Signature]) -> Signature | None:
+    return max(signatures, key=lambda sig: sig.created or 0) if signatures else None
+
+
+@dataclass
+class SubkeyState:
+    """A subkey's creation, its binding signatures (the newest sets its expiry and its key flags, as gpg takes them)
+    and its revocations. Read, not verified, as for the primary key."""
+
+    fingerprint: str
+    created: int | None
+    bindings: list[Signature] = field(default_factory=list)
+    revocations: list[Signature] = field(default_factory=list)
+
+    @property
+    def expires(self) -> int | None:
+        newest = _newest(self.bindings)
+        if newest is None or not newest.key_expiration or self.created is None:
+            return None
+        return self.created + newest.key_expiration
+
+    @property
+    def signs(self) -> bool:
+        """Whether the subkey may sign data: its newest binding's key flags say so (a subkey without key flags is not
+        taken as a signing key: gpg's subkeys always carry them)."""
+        newest = _newest(self.bindings)
+        return newest is not None and newest.key_flags is not None and bool(newest.key_flags & FLAG_SIGN_DATA)
+
+    def problem(self, now: float) -> str | None:
+        """Why the subkey cannot sign at ``now`` (revoked, expired), None when it can."""
+        if self.revocations:
+            sig = self.revocations[0]
+            return "subkey %s revoked %s (%s)" % (self.fingerprint, utc(sig.created), sig.reason or "no reason given")
+        expires = self.expires
+        if expires is not None and expires <= now:
+            return "subkey %s expired on %s" % (self.fingerprint, utc(expires))
+        return None
 
 
 @dataclass
@@ -350,6 +397,27 @@ class PrimaryState:
     created: int | None
     self_signatures: list[Signature] = field(default_factory=list)
     revocations: list[Signature] = field(default_factory=list)
+    subkeys: list[SubkeyState] = field(default_factory=list)
+
+    @property
+    def signs(self) -> bool:
+        """Whether the primary key itself may sign data: its newest self-signature's key flags, and when that has
+        none, yes (gpg then goes by the algorithm, and every primary key algorithm can sign)."""
+        newest = _newest([sig for sig in self.self_signatures if self.is_self(sig)])
+        return newest is None or newest.key_flags is None or bool(newest.key_flags & FLAG_SIGN_DATA)
+
+    def signing_subkeys(self, now: float) -> tuple[list[SubkeyState], list[str]]:
+        """The signing subkeys that can sign at ``now``, and why each other one cannot."""
+        valid, problems = [], []
+        for sub in self.subkeys:
+            if not sub.signs:
+                continue
+            problem = sub.problem(now)
+            if problem:
+                problems.append(problem)
+            else:
+                valid.append(sub)
+        return valid, problems
 
     @property
     def key_id(self) -> str:
@@ -376,11 +444,17 @@ class PrimaryState:
         expires = self.expires
         parts.append("expires %s" % utc(expires) if expires is not None else "does not expire")
         parts += ["revoked %s (%s)" % (utc(sig.created), sig.reason or "no reason given") for sig in self.revocations]
+        for sub in self.subkeys:
+            if sub.signs:
+                parts.append("signing subkey %s %s" % (sub.fingerprint, "expires %s" % utc(sub.expires) if sub.expires is not None
+                                                       else "does not expire"))
         return ", ".join(parts)
 
 
 def key_refusals(key: Key, now: float, where: str) -> list[str]:
-    """Why ``key`` must not be installed at ``now``: a revoked or an expired primary key, each named with its date."""
+    """Why ``key`` must not be installed at ``now``: a revoked or an expired primary key, each named with its date, or
+    a primary key that may not sign data itself and whose signing subkeys are all expired or revoked (apt then fails
+    with EXPKEYSIG or REVKEYSIG on every update: the repository's signatures can only come from those subkeys)."""
     problems: list[str] = []
     for state in key.states:
         for sig in state.revocations:
@@ -390,6 +464,14 @@ def key_refusals(key: Key, now: float, where: str) -> list[str]:
         if expires is not None and expires <= now:
             problems.append("the key %s at %s expired on %s; apt, dnf and pacman refuse every package it signs. Ask the "
                             "publisher for the renewed key (the same fingerprint with a later expiry)" % (state.fingerprint, where, utc(expires)))
+        if state.revocations or (expires is not None and expires <= now) or state.signs:
+            continue
+        valid, sub_problems = state.signing_subkeys(now)
+        if not valid:
+            problems.append("the key %s at %s may not sign data itself, and %s; apt, dnf and pacman refuse every package "
+                            "it signs. Ask the publisher for the key with a renewed signing subkey (the same primary "
+                            "fingerprint)" % (state.fingerprint, where, "; ".join(sub_problems) if sub_problems
+                                              else "it has no signing subkey"))
     return problems
 
 
@@ -400,10 +482,25 @@ def key_warnings(key: Key, now: float, warn_days: int, where: str) -> list[str]:
         return warnings
     for state in key.states:
         expires = state.expires
+        if state.signs or state.revocations:
+            name = "the key %s" % state.fingerprint
+        else:
+            # Signing rests on the subkeys: it ends when the last valid one expires (never, if one does not).
+            valid, _problems = state.signing_subkeys(now)
+            ends = [sub.expires for sub in valid]
+            if not ends or None in ends:
+                name = "the key %s" % state.fingerprint
+            else:
+                last = max(t.cast("list[int]", ends))
+                if expires is None or last < expires:
+                    expires = last
+                    name = "the last signing subkey of the key %s" % state.fingerprint
+                else:
+                    name = "the key %s" % state.fingerprint
         if expires is not None and now < expires <= now + warn_days * 86400:
-            warnings.append("the key %s at %s expires on %s, in %d day(s) (warning from %d days): install its renewal before "
+            warnings.append("%s at %s expires on %s, in %d day(s) (warning from %d days): install its renewal before "
                             "then, or every update from its repository fails" % (
-                                state.fingerprint, where, utc(expires), -int((now - expires) // 86400), warn_days))
+                                name, where, utc(expires), -int((now - expires) // 86400), warn_days))
     return warnings
 
 
@@ -456,6 +553,20 @@ def read_key(data: bytes) -> Key:
             context = "user"
         elif tag == TAG_PUBLIC_SUBKEY:
             context = "subkey"
+            if states:
+                states[-1].subkeys.append(SubkeyState(fingerprint=key_fingerprint(body),
+                                                      created=int.from_bytes(body[1:5], "big") if len(body) >= 5 else None))
+        elif tag == TAG_SIGNATURE and states and context == "subkey" and states[-1].subkeys:
+            sub = states[-1].subkeys[-1]
+            try:
+                sig = read_signature(body)
+            except GpgError as exc:
+                raise GpgError("a signature on the subkey %s cannot be read (%s): its expiry and revocation cannot be "
+                               "told" % (sub.fingerprint, exc)) from None
+            if sig.sig_type == SIG_SUBKEY_REVOCATION:
+                sub.revocations.append(sig)
+            elif sig.sig_type == SIG_SUBKEY_BINDING:
+                sub.bindings.append(sig)
         elif tag == TAG_SIGNATURE and states and context in ("key", "user"):
             try:
                 sig = read_signature(body)

@@ -23,7 +23,8 @@ description:
   - The key is parsed in Python (OpenPGP packet framing and version 4, 5 and 6 key fingerprints); C(gpg) is not
     needed on the managed host. Secret keys and packets that a public key does not hold are refused.
   - A key whose primary key has expired, or carries a key revocation signature, is refused, naming the key and the
-    date (see O(expiry_warn_days)). Signatures are read, not verified; apt, dnf and pacman verify them.
+    date (see O(expiry_warn_days)). So is a key whose primary key may not sign data and whose signing subkeys are all
+    expired or revoked. Signatures are read, not verified; apt, dnf and pacman verify them.
   - O(mode), O(owner) and O(group) are checked before anything is written (in check mode too), naming the bad value. A
     mode that lets the group or others write the key, or that sets the setuid, setgid or sticky bit, is refused.
   - O(files) writes the text files that name the key (an apt C(.sources) file with C(Signed-By), an apt preferences

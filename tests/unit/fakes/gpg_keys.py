@@ -61,16 +61,26 @@ def colons_fingerprints(home: Path, data: bytes) -> list[str]:
 
 
 def make_key(home: Path, uid: str, algo: str = "ed25519", subkey: str | None = "cv25519", expire: str = "never",
-             created: str | None = None, revoke: bool = False, renew: str | None = None) -> TestKey:
+             created: str | None = None, revoke: bool = False, renew: str | None = None, usage: str = "cert,sign",
+             signing_subkeys: tuple[str, ...] = (), revoke_subkey: int | None = None) -> TestKey:
     """A key made by gpg. ``expire`` is gpg's (never, 1y, 10d), counted from ``created`` (gpg's --faked-system-time
     form, 20200101T000000) when given; ``revoke`` imports the revocation certificate gpg stored when it made the key
-    (a key revocation signature on the primary key); ``renew`` sets a new expiry with a newer self-signature, now."""
+    (a key revocation signature on the primary key); ``renew`` sets a new expiry with a newer self-signature, now.
+    ``usage`` is the primary key's (``cert``: it may not sign data); ``signing_subkeys`` adds an ed25519 signing subkey
+    per expiry given (gpg's form, counted from ``created``), after the encryption subkey; ``revoke_subkey`` revokes
+    the subkey of that number (1: the first) with gpg's own --edit-key revkey."""
     faked = ["--faked-system-time", created] if created else []
-    gpg(home, *faked, "--pinentry-mode", "loopback", "--passphrase", "", "--quick-gen-key", uid, algo, "cert,sign", expire)
+    gpg(home, *faked, "--pinentry-mode", "loopback", "--passphrase", "", "--quick-gen-key", uid, algo, usage, expire)
     fpr = [line.split(":")[9] for line in gpg(home, "--with-colons", "--list-keys", uid).decode().splitlines()
            if line.startswith("fpr:")][0]
     if subkey:
         gpg(home, *faked, "--pinentry-mode", "loopback", "--passphrase", "", "--quick-add-key", fpr, subkey, "encr", expire)
+    for sub_expire in signing_subkeys:
+        gpg(home, *faked, "--pinentry-mode", "loopback", "--passphrase", "", "--quick-add-key", fpr, "ed25519", "sign", sub_expire)
+    if revoke_subkey is not None:
+        # key N, revkey, "really revoke?" y, reason 0, an empty description line, "okay?" y, save.
+        gpg(home, "--pinentry-mode", "loopback", "--passphrase", "", "--command-fd", "0", "--edit-key", fpr,
+            data=("key %d\nrevkey\ny\n0\n\ny\nsave\n" % revoke_subkey).encode())
     if revoke:
         # gpg stores a revocation certificate with every new key, its armour line escaped by a colon against an
         # accidental import.
@@ -94,6 +104,25 @@ def colons_validity(home: Path, data: bytes) -> list[tuple[str, str]]:
     ``r`` revoked (gpg --show-keys --with-colons, field 2 and 7)."""
     out = gpg(home, "--with-colons", "--show-keys", data=data).decode()
     return [(line.split(":")[1], line.split(":")[6]) for line in out.splitlines() if line.startswith("pub:")]
+
+
+def colons_fingerprints_all(home: Path, data: bytes) -> list[str]:
+    """Every fingerprint gpg prints for ``data``, primary keys and subkeys, in order."""
+    out = gpg(home, "--with-colons", "--show-keys", data=data).decode()
+    return [line.split(":")[9] for line in out.splitlines() if line.startswith("fpr:")]
+
+
+def colons_primary_caps(home: Path, data: bytes) -> str:
+    """The capabilities field of the first primary key (field 12 of the ``pub`` line; lower case: the key's own)."""
+    out = gpg(home, "--with-colons", "--show-keys", data=data).decode()
+    return [line.split(":")[11] for line in out.splitlines() if line.startswith("pub:")][0]
+
+
+def colons_subkeys(home: Path, data: bytes) -> list[tuple[str, str, str]]:
+    """(validity, expiry or '', capabilities) of each subkey in ``data`` as gpg reads it (the ``sub`` lines of
+    --show-keys --with-colons: field 2, 7 and 12; ``s`` in the capabilities: it may sign)."""
+    out = gpg(home, "--with-colons", "--show-keys", data=data).decode()
+    return [(line.split(":")[1], line.split(":")[6], line.split(":")[11]) for line in out.splitlines() if line.startswith("sub:")]
 
 
 def dearmor(home: Path, armored: bytes) -> bytes:

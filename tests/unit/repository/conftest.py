@@ -26,5 +26,15 @@ def keys(tmp_path_factory):
         "pinned": gpg_keys.make_key(base / "pinned", "pinned test key <pinned@gpuhost.invalid>"),
         "rogue": gpg_keys.make_key(base / "rogue", "rogue test key <rogue@gpuhost.invalid>"),
         "rsa": gpg_keys.make_key(base / "rsa", "rsa test key <rsa@gpuhost.invalid>", algo="rsa2048", subkey=None),
+        # A primary key that may only certify, so that the repository's signatures come from its subkeys: one signing
+        # subkey expired (made in 2020 for a year), one revoked, one of each beside a valid one, and one expiring soon.
+        "sub-expired": gpg_keys.make_key(base / "sub-expired", "sub-expired test key <sub-expired@gpuhost.invalid>", usage="cert",
+                                         created="20200101T000000", signing_subkeys=("1y",)),
+        "sub-revoked": gpg_keys.make_key(base / "sub-revoked", "sub-revoked test key <sub-revoked@gpuhost.invalid>", usage="cert",
+                                         signing_subkeys=("never",), revoke_subkey=2),
+        "sub-one-left": gpg_keys.make_key(base / "sub-one-left", "sub-one-left test key <sub-one-left@gpuhost.invalid>", usage="cert",
+                                          created="20200101T000000", signing_subkeys=("1y", "never")),
+        "sub-soon": gpg_keys.make_key(base / "sub-soon", "sub-soon test key <sub-soon@gpuhost.invalid>", usage="cert",
+                                      signing_subkeys=("10d",)),
         "home": base / "reader",
     }

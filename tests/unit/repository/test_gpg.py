@@ -303,3 +303,65 @@ def test_crafted_signatures_are_read_by_version(version):
     # A key expiration only counts in the hashed area, which the signature covers.
     sig = _signature(version, 0x13, _sub(_gpg.SUB_CREATION, created), _sub(_gpg.SUB_KEY_EXPIRATION, (86400).to_bytes(4, "big")))
     assert _gpg.read_signature(_gpg.packets(sig)[0][1]).key_expiration is None
+
+
+# --- signing subkeys: a primary key that may only certify signs nothing itself ---------------------------------------
+
+@pytest.mark.parametrize("name", ["sub-expired", "sub-revoked", "sub-one-left", "sub-soon", "pinned", "rsa"])
+def test_subkeys_agree_with_gpg(keys, name):
+    key = _gpg.read_key(keys[name].binary)
+    [state] = key.states
+    theirs = gpg_keys.colons_subkeys(keys["home"], keys[name].binary)
+    assert [sub.fingerprint for sub in state.subkeys] == [
+        fpr for fpr in gpg_keys.colons_fingerprints_all(keys["home"], keys[name].binary)[1:]]
+    for sub, (validity, expires, caps) in zip(state.subkeys, theirs):
+        assert sub.signs is ("s" in caps)
+        assert sub.expires == (int(expires) if expires else None)
+        assert bool(sub.revocations) is (validity == "r")
+    # gpg's own usage flags of the primary key (field 12 of the pub line: lower case, the key's own).
+    assert state.signs is ("s" in gpg_keys.colons_primary_caps(keys["home"], keys[name].binary))
+
+
+def test_a_key_whose_signing_subkeys_all_expired_is_refused_naming_each(keys):
+    key = keys["sub-expired"]
+    state = _gpg.read_key(key.binary).states[0]
+    signing = [sub for sub in state.subkeys if sub.signs]
+    with pytest.raises(_gpg.GpgError) as err:
+        _gpg.plan_write(key.armored, key.fingerprint, "binary", "file:///srv/key.asc")
+    assert str(err.value) == (
+        "the key %s at file:///srv/key.asc may not sign data itself, and subkey %s expired on 2020-12-31 00:00:00 UTC; "
+        "apt, dnf and pacman refuse every package it signs. Ask the publisher for the key with a renewed signing "
+        "subkey (the same primary fingerprint)" % (key.fingerprint, signing[0].fingerprint))
+
+
+def test_a_key_whose_signing_subkey_is_revoked_is_refused(keys):
+    key = keys["sub-revoked"]
+    with pytest.raises(_gpg.GpgError) as err:
+        _gpg.plan_write(key.binary, key.fingerprint, "binary", "k")
+    assert "may not sign data itself, and subkey " in str(err.value) and " revoked " in str(err.value)
+
+
+def test_one_valid_signing_subkey_is_enough(keys):
+    key = keys["sub-one-left"]
+    state = _gpg.read_key(key.binary).states[0]
+    valid, problems = state.signing_subkeys(NOW)
+    assert len(valid) == 1 and len(problems) == 1 and "expired on 2020-12-31" in problems[0]
+    assert _gpg.key_refusals(_gpg.read_key(key.binary), NOW, "k") == []
+    assert _gpg.plan_write(key.armored, key.fingerprint, "binary", "k")[1] == key.binary
+
+
+def test_a_primary_key_that_signs_needs_no_subkey(keys):
+    # The encryption subkey of the usual keys says nothing about signing: the primary key signs.
+    for name in ("pinned", "rsa"):
+        assert _gpg.key_refusals(_gpg.read_key(keys[name].binary), NOW, "k") == []
+
+
+def test_the_last_signing_subkey_expiring_soon_warns(keys):
+    key = _gpg.read_key(keys["sub-soon"].binary)
+    [sub] = [sub for sub in key.states[0].subkeys if sub.signs]
+    warnings = _gpg.key_warnings(key, sub.expires - 5 * 86400, 30, "/etc/apt/keyrings/x.gpg")
+    assert warnings == ["the last signing subkey of the key %s at /etc/apt/keyrings/x.gpg expires on %s, in 5 day(s) (warning "
+                        "from 30 days): install its renewal before then, or every update from its repository fails" % (
+                            keys["sub-soon"].fingerprint, _gpg.utc(sub.expires))]
+    assert _gpg.key_warnings(key, sub.expires - 5 * 86400, 4, "k") == []
+    assert _gpg.key_refusals(key, sub.expires, "k") != []  # the second it expires
