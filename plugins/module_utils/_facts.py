@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 import typing as t
 
 from ansible_collections.gpuhost.nvidia.plugins.module_utils import _catalog, _files, _kernels, _nvml, _pci, _smi, _validate
@@ -129,6 +130,35 @@ def root_errors(root: t.Any, option: str = "root") -> list[str]:
     return errors
 
 
+# The exit code of a command that did not finish in time, as coreutils' timeout reports it.
+EXIT_TIMED_OUT = 124
+
+
+def run_bounded(args: list[str], timeout: float | None, env: dict[str, str] | None = None) -> t.Tuple[int, str, str]:
+    """Run ``args`` in the C locale for at most ``timeout`` seconds (None or 0: no bound); (rc, stdout, stderr).
+
+    nvidia-smi waits on the driver as NVML does, and a hung GPU hangs it too. One that does not finish in time is
+    killed and reported with rc 124 and a message naming the bound; it is not waited for beyond a second after the
+    kill (a process blocked in the kernel ignores the signal: it is left behind, the module goes on)."""
+    environ = dict(os.environ if env is None else env, LC_ALL="C", LANGUAGE="C")
+    try:
+        proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,  # pylint: disable=consider-using-with
+                                env=environ, universal_newlines=True)
+    except OSError as exc:
+        return 127, "", "%s could not be run: %s" % (args[0], exc)
+    try:
+        out, err = proc.communicate(timeout=timeout if timeout and timeout > 0 else None)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        try:
+            proc.communicate(timeout=1)
+        except subprocess.TimeoutExpired:
+            pass
+        return EXIT_TIMED_OUT, "", ("%s did not answer within %s s (6 x nvml_timeout) and was killed: the driver does not answer, "
+                                    "so nothing it would say (the GPU processes included) is known" % (os.path.basename(args[0]), timeout))
+    return proc.returncode, out, err
+
+
 def gather_on_host(module: t.Any, backends: t.Iterable[str] = BACKENDS, gather: t.Iterable[str] = (), root: str = "/",
                    nvml_timeout: float | None = _nvml.DEFAULT_TIMEOUT) -> dict[str, t.Any]:
     """:func:`gather_facts` on the managed host, from a module: ``nvidia-smi`` found on the module's PATH and run in the C
@@ -138,8 +168,7 @@ def gather_on_host(module: t.Any, backends: t.Iterable[str] = BACKENDS, gather: 
     smi_binary = module.get_bin_path("nvidia-smi") if "nvidia-smi" in backends else None
 
     def run_smi(args: list[str]) -> t.Tuple[int, str, str]:
-        rc, out, err = module.run_command(args, environ_update={"LC_ALL": "C", "LANGUAGE": "C"})
-        return rc, out, err
+        return run_bounded(args, _nvml.whole_host(nvml_timeout))
 
     try:
         return gather_facts(backends=backends, gather=gather, root=root, smi_run=run_smi, smi_binary=smi_binary,

@@ -108,6 +108,9 @@ _NA_32 = 0xFFFFFFFF
 # Seconds the reads of one GPU (or the system reads, or the topology) may take before they count as hung. NVML answers
 # in milliseconds once initialised; the nvidia_gpu_facts option nvml_timeout overrides it.
 DEFAULT_TIMEOUT = 10.0
+# nvmlInit, and nvidia-smi's whole query, wake every GPU: without persistence mode that legitimately takes seconds per
+# GPU. They get this many times the bound of one step (60 s by default), still a bound.
+WHOLE_HOST_FACTOR = 6
 
 
 # What :meth:`Reader.strict` returns for an error that means "there is none".
@@ -497,8 +500,9 @@ class Session:
     :meth:`collect` returns the failure (available false, the state, the message); nothing raises.
     """
 
-    def __init__(self, nv: t.Any = None):
+    def __init__(self, nv: t.Any = None, timeout: float | None = DEFAULT_TIMEOUT):
         self.nv = nv
+        self.timeout = timeout  # seconds nvmlInit may take (None: no bound)
         self.error_cls: type[BaseException] = Exception
         self.active = False
         self.hung = False
@@ -516,11 +520,18 @@ class Session:
                 return self
             self.nv = nv
         self.error_cls = nvml_error(self.nv)
-        try:
-            self.nv.nvmlInit()
-        except self.error_cls as exc:
+        # nvmlInit waits on the driver like any other call: a GPU that hangs the driver hangs it too.
+        finished, _value, exc = bounded(self.nv.nvmlInit, self.timeout)
+        if not finished:
+            self.hung = True
+            self.failure = (STATE_ERROR, "NVML: nvmlInit did not return within %s s (6 x nvml_timeout): the driver does not answer, "
+                                         "so nothing NVML would say (the GPU processes included) is known" % self.timeout)
+            return self
+        if isinstance(exc, self.error_cls):
             self.failure = (error_state(self.nv, exc), "NVML: nvmlInit failed: %s" % describe(exc))
             return self
+        if exc is not None:
+            raise exc
         self.active = True
         return self
 
@@ -558,10 +569,15 @@ class Session:
         self.hung = True
 
 
+def whole_host(timeout: float | None) -> float | None:
+    """The bound of a step that wakes every GPU (nvmlInit, nvidia-smi -q): :data:`WHOLE_HOST_FACTOR` steps."""
+    return timeout * WHOLE_HOST_FACTOR if timeout and timeout > 0 else None
+
+
 def collect(gather: t.Iterable[str] = (), nv: t.Any = None, timeout: float | None = DEFAULT_TIMEOUT) -> dict[str, t.Any]:
     """Query NVML in a session of its own. Returns {available, state, message, messages, driver, gpus}; never raises
     on NVML errors."""
-    with Session(nv) as session:
+    with Session(nv, whole_host(timeout)) as session:
         return session.collect(gather, timeout=timeout)
 
 

@@ -80,8 +80,10 @@ options:
         V(error), and its processes are unknown (null, with RV(ansible_facts.nvidia_gpu.gpus[].processes_error)); the
         GPUs after it are not asked (each would wait as long again), and their processes are unknown too.
       - Each step runs in a thread of its own, which is left blocked in NVML when it times out (C(nvmlShutdown) is
-        then skipped). V(0) reads in the module's own thread, without a bound. C(nvmlInit) itself is not bounded, since it can
-        legitimately take seconds per GPU without persistence mode.
+        then skipped). V(0) reads in the module's own thread, without a bound.
+      - C(nvmlInit) and the C(nvidia-smi) fallback's run wake every GPU, which legitimately takes seconds per GPU without
+        persistence mode; they are bounded at six times this value. An C(nvmlInit) that does not return in time leaves
+        NVML unused; an C(nvidia-smi) that does not answer in time is killed. Either way the processes are unknown.
     type: float
     default: 10
 seealso:

@@ -215,6 +215,46 @@ def test_a_hung_query_is_bounded_and_stops_the_process_reads(gather):
     assert both(facts) == ("pending", "refuse")
 
 
+def test_a_hung_nvml_init_is_bounded_and_the_processes_are_unknown(gather):
+    data = profile("rtx3090", busy=True)
+    data.setdefault("nvml", {})["init_error"] = "Hang"
+    started = time.monotonic()
+    facts = gather(data)
+    # nvmlInit wakes every GPU: its bound is six steps' (0.3 s here).
+    assert time.monotonic() - started < 10 * TIMEOUT * _nvml.WHOLE_HOST_FACTOR
+    assert facts["source"] == "pci"
+    assert any("nvmlInit did not return within %s s (6 x nvml_timeout)" % (TIMEOUT * 6) in m for m in facts["messages"]), facts["messages"]
+    assert all(g["processes"] is None for g in facts["gpus"])
+    assert both(facts) == ("pending", "refuse")
+
+
+@pytest.mark.parametrize("script, control", [("sleep 30", False), ("cat %s", True)])
+def test_a_hung_nvidia_smi_is_killed_and_the_processes_are_unknown(tmp_path, script, control):
+    """NVML unusable (nvmlInit fails), so the facts fall back to nvidia-smi, which hangs: killed after the bound. The
+    control: the same stand-in printing a busy GPU's XML in time is read, and the guards defer."""
+    data = profile("rtx3090", busy=True)
+    data.setdefault("nvml", {})["init_error"] = "DriverNotLoaded"
+    xml = tmp_path / "smi.xml"
+    xml.write_text(render(data))
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\n" + (script % xml if control else script) + "\n")
+    smi.chmod(0o755)
+    root = tmp_path / "root"
+    root.mkdir()
+    started = time.monotonic()
+    facts = _facts.gather_facts(backends=["nvml", "nvidia-smi", "pci"], gather=["processes"], root=sysfs.build(str(root), data),
+                                nv=fake_pynvml.make_fake(data).module, smi_binary=str(smi),
+                                smi_run=lambda args: _facts.run_bounded(args, TIMEOUT if not control else 30), nvml_timeout=TIMEOUT)
+    if control:
+        assert facts["source"] == "nvidia-smi" and [p["pid"] for p in facts["gpus"][0]["processes"]] == [1234, 4242, 5555]
+    else:
+        assert time.monotonic() - started < 10
+        assert facts["source"] == "pci"
+        assert any("exited with 124" in m and "did not answer within 0.3 s (6 x nvml_timeout) and was killed" in m for m in facts["messages"])
+        assert all(g["processes"] is None for g in facts["gpus"])
+    assert both(facts) == ("pending", "refuse")
+
+
 def test_no_timeout_reads_in_the_calling_thread():
     fake = fake_pynvml.make_fake(profile("rtx3090", busy=True))
     result = _nvml.collect(("processes",), fake.module, timeout=None)

@@ -223,7 +223,10 @@ class FakeNVML:
     def nvmlInit(self) -> None:
         self.calls.append(("nvmlInit", None))
         self.init_calls += 1
-        if self.nvml.get("init_error"):
+        if self.nvml.get("init_error") == "Hang":
+            self.hung.append(("nvmlInit", None))
+            self._released.wait(120)
+        elif self.nvml.get("init_error"):
             raise error(self.nvml["init_error"])
         self.init_count += 1
         self.initialised += 1
