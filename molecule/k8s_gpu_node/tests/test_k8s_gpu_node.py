@@ -26,15 +26,23 @@ def test_containerd_runs_on_the_merged_config_with_cdi(host, gpuhost_instance):
     if is_image(gpuhost_instance):
         assert not host.service("containerd").is_running, "the image build must not start containerd"
         assert host.service("containerd").is_enabled
-        dump = host.run("containerd --config /etc/containerd/config.toml config dump")
     else:
         assert host.service("containerd").is_running
-        # The running containerd's effective configuration (its socket answers with the merged config).
-        dump = host.run("containerd --config /etc/containerd/config.toml config dump")
+    # containerd's effective configuration: the main config with its imports, as containerd itself merges them.
+    dump = host.run("containerd --config /etc/containerd/config.toml config dump")
     assert dump.rc == 0, dump.stderr
     merged = tomllib.loads(dump.stdout)
     cri = merged["plugins"]["io.containerd.grpc.v1.cri"]
-    assert cri["enable_cdi"] is True
+    dropin = tomllib.loads(host.file("/etc/containerd/conf.d/99-nvidia.toml").content_string)
+    assert dropin["plugins"]["io.containerd.grpc.v1.cri"]["enable_cdi"] is True
+    version = host.run("containerd --version").stdout.split()[2]
+    if tuple(int(p) for p in version.lstrip("v").split(".")[:2]) >= (1, 7):
+        # containerd 1.7 added CDI to its CRI plugin (docs/sources.md): Debian 13's 1.7 has it on.
+        assert cri["enable_cdi"] is True
+        assert cri["cdi_spec_dirs"] == ["/etc/cdi", "/var/run/cdi"]
+    else:
+        # Debian 12's containerd 1.6 predates CDI: it starts on the key and ignores it (docs/kubernetes.md says so).
+        assert "enable_cdi" not in cri
     runtimes = cri["containerd"]["runtimes"]
     assert runtimes["nvidia"]["runtime_type"] == "io.containerd.runc.v2"
     assert runtimes["nvidia"]["options"]["BinaryName"] == "/usr/bin/nvidia-container-runtime"
@@ -88,16 +96,16 @@ def test_features_file_and_boot_unit(host, gpuhost_instance):
     assert host.run("systemctl show -p ActiveState --value " + UNIT).stdout.strip() == "inactive"
     verify = host.run("systemd-analyze verify /etc/systemd/system/" + UNIT)
     assert "gpuhost-k8s-node-labels" not in verify.stderr.replace(UNIT + ":", ""), verify.stderr
-    script = host.file("/usr/local/libexec/gpuhost/k8s-node-labels")
+    script = host.file("/usr/local/lib/gpuhost/k8s_gpu_node/k8s-node-labels")
     assert script.mode == 0o755
     lib = "/usr/local/lib/gpuhost/k8s_gpu_node/ansible_collections/gpuhost/nvidia/plugins/module_utils"
     # The copied library imports on the host's own Python, without Ansible.
-    probe = host.run("python3 -c 'import sys; sys.path.insert(0, \"/usr/local/lib/gpuhost/k8s_gpu_node\"); "
+    probe = host.run("python3 -B -c 'import sys; sys.path.insert(0, \"/usr/local/lib/gpuhost/k8s_gpu_node\"); "
                      "from ansible_collections.gpuhost.nvidia.plugins.module_utils import _labels, _smi; print(\"ok\")'")
     assert probe.rc == 0 and probe.stdout.strip() == "ok", probe.stderr
     assert host.file(lib + "/_labels.py").exists
     # Without nvidia-smi, the script fails and leaves the feature file as it is.
-    run = host.run("python3 /usr/local/libexec/gpuhost/k8s-node-labels --lib /usr/local/lib/gpuhost/k8s_gpu_node "
+    run = host.run("python3 -B /usr/local/lib/gpuhost/k8s_gpu_node/k8s-node-labels --lib /usr/local/lib/gpuhost/k8s_gpu_node "
                    "--out /tmp/k8s-labels-probe --nvidia-smi /nonexistent/nvidia-smi")
     assert run.rc == 1 and "left as it is" in run.stderr
     assert not host.file("/tmp/k8s-labels-probe").exists
@@ -120,7 +128,7 @@ def test_state_absent_restores_the_files(host, gpuhost_instance):
     check = host.run("sha256sum -c /root/k8s-baseline.sha256")
     assert check.rc == 0, check.stdout + check.stderr
     for path in ("/etc/containerd/conf.d/99-nvidia.toml", FEATURES, "/etc/systemd/system/" + UNIT,
-                 "/usr/local/libexec/gpuhost/k8s-node-labels", "/usr/local/lib/gpuhost/k8s_gpu_node"):
+                 "/usr/local/lib/gpuhost/k8s_gpu_node/k8s-node-labels", "/usr/local/lib/gpuhost/k8s_gpu_node"):
         assert not host.file(path).exists, path
     assert host.service("containerd").is_running
     dump = tomllib.loads(host.run("containerd --config /etc/containerd/config.toml config dump").stdout)
