@@ -5,7 +5,8 @@
 """The k8s_gpu_node role's boot refresh (roles/k8s_gpu_node/files/gpuhost-k8s-node-labels) writes the same feature
 file as the role writes from the GPU facts: every capture of the public nvidia-smi corpus (../shared/fixtures),
 replayed by the fake nvidia-smi over a host tree with the capture's PCI functions, once through the facts module and
-the role's two filters, once through the script (a sample of the corpus, every partial capture in it). A second run keeps the file; nvidia-smi failing leaves it alone."""
+the role's two filters, once through the script (a sample of the corpus, every partial capture in it). A second
+run keeps the file; nvidia-smi failing leaves it alone."""
 
 from __future__ import annotations
 
@@ -79,4 +80,3 @@ def test_nvidia_smi_failing_leaves_the_file(tmp_path, capsys):
     assert _script().main(["--lib", str(tmp_path), "--out", str(out), "--nvidia-smi", missing]) == 1
     assert out.read_text(encoding="utf-8") == "# kept\n"
     assert "left as it is" in capsys.readouterr().err
-
