@@ -2,9 +2,10 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""gpu_k8s_manifests and gpu_k8s_manifest_errors: the cluster side of a Kubernetes GPU worker.
+"""gpu_k8s_manifests and gpu_k8s_manifest_errors: the cluster side of a Kubernetes GPU worker; k8s_gpu_node_plan:
+its host side (role k8s_gpu_node).
 
-Their documentation is in the sidecar .yml files. The builders live in module_utils/_k8s.py.
+Their documentation is in the sidecar .yml files. The builders live in module_utils/_k8s.py and _k8s_node.py.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from ansible_collections.gpuhost.nvidia.plugins.plugin_utils._lazy import module
 
 # Imported when a filter of this file first runs, not when Ansible loads the file (plugin_utils/_lazy.py).
 _k8s = module_utils("_k8s")
+_k8s_node = module_utils("_k8s_node")
 
 
 def gpu_k8s_manifest_errors(request: t.Any) -> list[str]:
@@ -34,6 +36,25 @@ def gpu_k8s_manifests(request: t.Any) -> dict[str, t.Any]:
     return _k8s.manifests(request)
 
 
+def k8s_gpu_node_plan(request: t.Any, markers: t.Any = None, facts: t.Any = None) -> dict[str, t.Any]:
+    """What the k8s_gpu_node role does on a host: runtime, registration labels and taints, and why a step is skipped."""
+    request = plain(mapping(request, "k8s_gpu_node_plan request"))
+    markers = plain(mapping(markers, "k8s_gpu_node_plan markers"))
+    facts = plain(mapping(facts, "k8s_gpu_node_plan facts"))
+    if "nvidia_gpu" in facts:
+        facts = plain(mapping(facts["nvidia_gpu"], "k8s_gpu_node_plan facts nvidia_gpu"))
+    try:
+        return _k8s_node.plan(request, markers, facts)
+    except _k8s_node.PlanError as exc:
+        raise AnsibleFilterError("k8s_gpu_node_plan: %s" % exc) from None
+
+
+def k8s_gpu_node_errors(request: t.Any) -> list[str]:
+    """Every problem of the k8s_gpu_node role's request, for its first task."""
+    return _k8s_node.request_errors(plain(mapping(request, "k8s_gpu_node_errors request")))
+
+
 class FilterModule:
     def filters(self) -> dict[str, t.Callable[..., t.Any]]:
-        return guarded({"gpu_k8s_manifests": gpu_k8s_manifests, "gpu_k8s_manifest_errors": gpu_k8s_manifest_errors})
+        return guarded({"gpu_k8s_manifests": gpu_k8s_manifests, "gpu_k8s_manifest_errors": gpu_k8s_manifest_errors,
+                        "k8s_gpu_node_plan": k8s_gpu_node_plan, "k8s_gpu_node_errors": k8s_gpu_node_errors})

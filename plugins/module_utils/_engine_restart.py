@@ -32,7 +32,7 @@ import typing as t
 
 from ansible_collections.gpuhost.nvidia.plugins.module_utils._gpu_schema import describe_unknown, process_view
 
-ENGINES = {"docker": "docker.service", "containerd": "containerd.service", "crio": "crio.service"}
+ENGINES = {"docker": "docker.service", "containerd": "containerd.service", "crio": "crio.service", "kubelet": "kubelet.service"}
 POLICIES = ("if_idle", "always", "never")
 # What systemctl show is asked for each unit.
 PROPERTIES = "Id,ActiveState,ExecMainStartTimestampMonotonic,ActiveEnterTimestampMonotonic"
@@ -55,7 +55,10 @@ _SHAPES: tuple[tuple[t.Pattern[str], str], ...] = (
 # Which containers a restart of an engine would stop. Docker stops its own containers when dockerd stops, unless
 # live-restore is on. containerd and CRI-O: their own containers, and the kubelet's cgroupfs containers, which do not
 # say which of the two runs them. Podman has no daemon to restart.
-_STOPS = {"docker": ("docker",), "containerd": ("containerd", "kubernetes"), "crio": ("crio", "kubernetes")}
+# The kubelet's pods keep running while it restarts, but it re-admits them and re-registers the device plugin when it
+# comes back: it is treated as one of their engines, so that it never restarts under a GPU pod (or unknown GPU work).
+_STOPS = {"docker": ("docker",), "containerd": ("containerd", "kubernetes"), "crio": ("crio", "kubernetes"),
+          "kubelet": ("containerd", "crio", "kubernetes")}
 
 
 def container_of(cgroup_text: str) -> dict[str, str] | None:

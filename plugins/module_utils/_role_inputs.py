@@ -440,6 +440,20 @@ ROLE_RULES: dict[str, dict[str, _validate.Rule]] = {
         "gpu_doctor_cdi_kind": _validate.Identifier(_validate.CDI_KIND_RE, "a CDI kind such as nvidia.com/gpu"),
         "gpu_doctor_runtime_name": _validate.Identifier(_validate.ENGINE_RUNTIME_RE, "a runtime name such as nvidia"),
     },
+    # The kubelet's container runtime configuration, the NFD feature file and the boot refresh unit's command line.
+    "k8s_gpu_node": {
+        "k8s_gpu_node_runtime_path": PATH,
+        "k8s_gpu_node_containerd_config": PATH,
+        "k8s_gpu_node_containerd_dropin": PATH,
+        "k8s_gpu_node_crio_config": PATH,
+        "k8s_gpu_node_crio_dropin": Optional(PATH),
+        "k8s_gpu_node_features_file": PATH,
+        "k8s_gpu_node_kubelet_env_file": Optional(PATH),
+        "k8s_gpu_node_kubelet_config_dir": Optional(DIRECTORY),
+        "k8s_gpu_node_kubelet_config_file": Optional(PATH),
+        "k8s_gpu_node_python_interpreter": PATH,
+        "k8s_gpu_node_nvidia_smi_path": PATH,
+    },
     # The override module checks each project's services before it reads or writes anything; here, before the role
     # installs PyYAML for it, what reaches a path or the file's ownership.
     "gpu_compose": {
@@ -468,7 +482,7 @@ PACKAGE_LISTS: dict[str, tuple[str, ...]] = {
     "nvidia_driver": ("nvidia_driver_packages_extra",),
     "gpu_settings": ("gpu_settings_packages",),
     "internal_repository": ("internal_repository_versions_of",),
-    "gpu_verify": (), "vfio_passthrough": (), "gpu_doctor": (), "gpu_compose": (),
+    "gpu_verify": (), "vfio_passthrough": (), "gpu_doctor": (), "gpu_compose": (), "k8s_gpu_node": (),
 }
 
 # The paths that go into a unit's ExecStart= or ConditionPathExists= as they are: systemd splits those on whitespace
@@ -476,6 +490,7 @@ PACKAGE_LISTS: dict[str, tuple[str, ...]] = {
 UNIT_PATH_RE = re.compile(r"/[A-Za-z0-9_.+/-]*")
 UNIT_PATHS: dict[str, tuple[str, ...]] = {
     "gpu_settings": ("gpu_settings_spec_path", "gpu_settings_nvidia_smi_path", "gpu_settings_python_interpreter"),
+    "k8s_gpu_node": ("k8s_gpu_node_features_file", "k8s_gpu_node_python_interpreter", "k8s_gpu_node_nvidia_smi_path"),
 }
 
 

@@ -10,8 +10,8 @@ module: nvidia_container_restart_plan
 short_description: Decide whether container engines whose configuration changed may restart now
 version_added: 0.1.0
 description:
-  - Read-only. For each engine in O(engines) (Docker, containerd, CRI-O), says whether it is due a restart, and whether
-    to restart it now, defer it, or only report it, following O(policy).
+  - Read-only. For each engine in O(engines) (Docker, containerd, CRI-O, the kubelet), says whether it is due a restart, and
+    whether to restart it now, defer it, or only report it, following O(policy).
   - An engine is due a restart when its unit is active and its configuration changed in this run (the engine's
     C(changed)) or one of its configuration files (the engine's C(files)) is newer than the unit's main process. The
     second covers a restart an earlier run deferred or did not make, so it is not forgotten.
@@ -22,7 +22,9 @@ description:
     name the engine.
   - A restart of Docker stops its containers unless C(live-restore) is V(true) in O(docker_daemon_json); then they keep
     running and only Docker's own containers are not counted. A restart of containerd or CRI-O is counted as
-    stopping their containers and the kubelet's unnamed ones.
+    stopping their containers and the kubelet's unnamed ones. A restart of the kubelet is counted as disturbing every
+    Kubernetes container (containerd's, CRI-O's and the unnamed ones), since it re-admits the pods and re-registers
+    the device plugin when it comes back; so it never restarts under GPU work either.
   - O(policy=if_idle) restarts an engine when no GPU process runs in a container the restart would stop, and defers
     it otherwise (RV(pending), with the containers named, and a warning).
   - When the GPU processes cannot be known, O(policy=if_idle) defers the restart too, naming each GPU and why.
@@ -57,7 +59,7 @@ options:
         description: The engine; its unit is C(docker.service), C(containerd.service) or C(crio.service).
         type: str
         required: true
-        choices: [docker, containerd, crio]
+        choices: [docker, containerd, crio, kubelet]
       changed:
         description: Whether this run changed (or in check mode would change) the engine's configuration.
         type: bool

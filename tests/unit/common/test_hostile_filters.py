@@ -70,6 +70,9 @@ VFIO_REQUEST = {"pci_addresses": ["0000:65:00.0"], "iommu": "auto", "proxmox": {
 DNF_LIST = "nvidia-driver.x86_64  3:580.95.05-1.el9  cuda-rhel9-x86_64\n"
 
 # A good call of each filter: (positional arguments, keyword arguments).
+K8S_NODE_REQUEST = {"distribution": "auto", "runtime": "containerd", "accelerator": "", "labels": {"example.com/pool": "a"},
+                    "taint_effect": "NoSchedule", "preset_labels": True, "taint": True, "registration": True,
+                    "image_build": False, "gfd_deployed": False, "default_runtime": False}
 GOOD: dict[str, tuple[list[t.Any], dict[str, t.Any]]] = {
     "select_gpus": ([FACTS], {"min_memory_mib": 1000, "models": ["H100"], "count": 1, "prefer": "most_memory", "allow_mig": True}),
     "gpu_arch": (["8.9"], {}),
@@ -108,6 +111,8 @@ GOOD: dict[str, tuple[list[t.Any], dict[str, t.Any]]] = {
     "gpu_k8s_manifests": ([{"sharing": {"ts-4": {"time_slicing": {"replicas": 4}}}, "default_config": "ts-4", "nodes": ["gpu-1"],
                            "node_labels": {"nvidia.com/gpu": "true"}, "node_taints": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]}], {}),
     "gpu_k8s_manifest_errors": ([{"sharing": {"ts-4": {"time_slicing": {"replicas": 4}}}, "namespace": "gpu"}], {}),
+    "k8s_gpu_node_plan": ([K8S_NODE_REQUEST, {"k3s": False, "rke2": False, "kubespray": False}, FACTS], {}),
+    "k8s_gpu_node_errors": ([K8S_NODE_REQUEST], {}),
     "gpu_upgrade_targets": (["580.95.05", None, "1.17.8"], {}),
     "gpu_upgrade_post_check": ([FACTS, {"nvidia-container-toolkit": [{"version": "1.17.8-1"}]},
                                 {"driver_version": "", "driver_branch": "", "toolkit_version": "1.17.8", "errors": []}],

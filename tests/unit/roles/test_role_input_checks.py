@@ -73,6 +73,12 @@ CASES: dict[str, dict[str, dict[str, t.Any]]] = {
         "report-relative": {"gpu_doctor_report_dir": "reports"},
         "cdi-dir-traversal": {"gpu_doctor_cdi_dirs": ["/etc/cdi/../../root"]},
     },
+    "k8s_gpu_node": {
+        "features-specifier": {"k8s_gpu_node_features_file": "/etc/kubernetes/node-feature-discovery/features.d/%n"},
+        "interpreter-words": {"k8s_gpu_node_python_interpreter": "/usr/bin/python3 -c import"},
+        "kubelet-env-relative": {"k8s_gpu_node_kubelet_env_file": "etc/default/kubelet", "k8s_gpu_node_state": "absent"},
+        "accelerator-flag": {"k8s_gpu_node_accelerator": "a100 --node-labels=node-role.kubernetes.io/control-plane="},
+    },
     "gpu_settings": {
         "packages-option": {"gpu_settings_packages": ["-oDebug::pkgProblemResolver=1"]},
         "interpreter-words": {"gpu_settings_python_interpreter": "/usr/bin/python3 -c import"},
@@ -87,6 +93,7 @@ CHECKS = {
     "gpu_compose": "Check the variables that reach the files and the commands, before changing anything",
     "vfio_passthrough": "Check the variables that reach the files and the commands, before changing anything",
     "gpu_doctor": "Check the variables that reach the files and the commands, before changing anything",
+    "k8s_gpu_node": "Fail on a bad request, before changing anything",
     "gpu_settings": "Check the spec and the values that the boot unit and the package names are built from, before changing anything",
 }
 

@@ -1,0 +1,135 @@
+"""k8s_gpu_node on Debian 12 with Debian's real containerd: see molecule.yml. The state absent test runs last."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+from gpuhost_testinfra import (  # noqa: F401  pylint: disable=unused-import
+    changed_tasks,
+    run_playbook_json,
+    test_check_after_converge_changes_nothing,
+    test_check_mode_predicted_converge,
+)
+
+SCENARIO = Path(__file__).resolve().parents[1]
+FEATURES = "/etc/kubernetes/node-feature-discovery/features.d/gpuhost-k8s-gpu-node"
+UNIT = "gpuhost-k8s-node-labels.service"
+HEADER = "# Written by gpuhost.nvidia.k8s_gpu_node from the GPU facts; refreshed at boot by gpuhost-k8s-node-labels.service."
+
+
+def is_image(name: str) -> bool:
+    return "-image-" in name
+
+
+def test_containerd_runs_on_the_merged_config_with_cdi(host, gpuhost_instance):
+    if is_image(gpuhost_instance):
+        assert not host.service("containerd").is_running, "the image build must not start containerd"
+        assert host.service("containerd").is_enabled
+    else:
+        assert host.service("containerd").is_running
+    # containerd's effective configuration: the main config with its imports, as containerd itself merges them.
+    dump = host.run("containerd --config /etc/containerd/config.toml config dump")
+    assert dump.rc == 0, dump.stderr
+    merged = tomllib.loads(dump.stdout)
+    cri = merged["plugins"]["io.containerd.grpc.v1.cri"]
+    dropin = tomllib.loads(host.file("/etc/containerd/conf.d/99-nvidia.toml").content_string)
+    assert dropin["plugins"]["io.containerd.grpc.v1.cri"]["enable_cdi"] is True
+    version = host.run("containerd --version").stdout.split()[2]
+    if tuple(int(p) for p in version.lstrip("v").split(".")[:2]) >= (1, 7):
+        # containerd 1.7 added CDI to its CRI plugin (docs/sources.md): Debian 13's 1.7 has it on.
+        assert cri["enable_cdi"] is True
+        assert cri["cdi_spec_dirs"] == ["/etc/cdi", "/var/run/cdi"]
+    else:
+        # Debian 12's containerd 1.6 predates CDI: it starts on the key and ignores it (docs/kubernetes.md says so).
+        assert "enable_cdi" not in cri
+    runtimes = cri["containerd"]["runtimes"]
+    assert runtimes["nvidia"]["runtime_type"] == "io.containerd.runc.v2"
+    assert runtimes["nvidia"]["options"]["BinaryName"] == "/usr/bin/nvidia-container-runtime"
+    # Inherited from the user's runc, and nvidia is not the default (pods ask for it with runtimeClassName: nvidia).
+    assert runtimes["nvidia"]["options"]["SystemdCgroup"] is True
+    assert cri["containerd"]["default_runtime_name"] == "runc"
+    # The user's own import and key stay.
+    assert "/etc/containerd/site.toml" in merged["imports"]
+    assert merged["debug"]["level"] == "info"
+    main = host.file("/etc/containerd/config.toml").content_string
+    assert main.startswith("# site containerd config\nversion = 2\n")
+
+
+def test_containerd_restarted_only_on_the_worker(host, gpuhost_instance):
+    if is_image(gpuhost_instance):
+        assert host.run("systemctl show -p ActiveState --value containerd").stdout.strip() == "inactive"
+        return
+    started = host.run("systemctl show -p ExecMainStartTimestampMonotonic --value containerd").stdout.strip()
+    dropin = host.run("stat -c %Y /etc/containerd/conf.d/99-nvidia.toml").stdout.strip()
+    boot = host.run("cat /proc/uptime").stdout.split()[0]
+    assert int(started) > 0
+    # containerd's process started after its drop-in was written (a restart that took the new config).
+    now = int(host.run("date +%s").stdout.strip())
+    started_wall = now - float(boot) + int(started) / 1e6
+    assert started_wall >= int(dropin) - 1
+
+
+def test_kubelet_flags(host, gpuhost_instance):
+    text = host.file("/etc/default/kubelet").content_string
+    assert "# site kubelet flags\n" in text
+    line = [ln for ln in text.splitlines() if ln.startswith("KUBELET_EXTRA_ARGS=")]
+    assert len(line) == 1
+    words = line[0].split("=", 1)[1].strip('"').split()
+    assert "--max-pods=64" in words
+    labels = [w.split("=", 1)[1] for w in words if w.startswith("--node-labels=")]
+    taints = [w.split("=", 1)[1] for w in words if w.startswith("--register-with-taints=")]
+    assert len(labels) == 1 and len(taints) == 1
+    model = "a100" if is_image(gpuhost_instance) else "v100"
+    expected = {"accelerator": "nvidia-tesla-" + model, "nvidia.com/gpu": "true"}
+    if not is_image(gpuhost_instance):
+        expected["example.com/gpu-pool"] = "training"
+    assert dict(item.split("=", 1) for item in labels[0].split(",")) == expected
+    assert taints[0].split(",") == ["nvidia.com/gpu=true:NoSchedule"]
+
+
+def test_features_file_and_boot_unit(host, gpuhost_instance):
+    unit = host.file("/etc/systemd/system/" + UNIT)
+    assert unit.exists
+    assert host.run("systemctl is-enabled " + UNIT).stdout.strip() == "enabled"
+    # Enabled, never started by the role (no GPU here: its condition, nvidia-smi, does not hold either).
+    assert host.run("systemctl show -p ActiveState --value " + UNIT).stdout.strip() == "inactive"
+    verify = host.run("systemd-analyze verify /etc/systemd/system/" + UNIT)
+    assert "gpuhost-k8s-node-labels" not in verify.stderr.replace(UNIT + ":", ""), verify.stderr
+    script = host.file("/usr/local/lib/gpuhost/k8s_gpu_node/k8s-node-labels")
+    assert script.mode == 0o755
+    lib = "/usr/local/lib/gpuhost/k8s_gpu_node/ansible_collections/gpuhost/nvidia/plugins/module_utils"
+    # The copied library imports on the host's own Python, without Ansible.
+    probe = host.run("python3 -B -c 'import sys; sys.path.insert(0, \"/usr/local/lib/gpuhost/k8s_gpu_node\"); "
+                     "from ansible_collections.gpuhost.nvidia.plugins.module_utils import _labels, _smi; print(\"ok\")'")
+    assert probe.rc == 0 and probe.stdout.strip() == "ok", probe.stderr
+    assert host.file(lib + "/_labels.py").exists
+    # Without nvidia-smi, the script fails and leaves the feature file as it is.
+    run = host.run("python3 -B /usr/local/lib/gpuhost/k8s_gpu_node/k8s-node-labels --lib /usr/local/lib/gpuhost/k8s_gpu_node "
+                   "--out /tmp/k8s-labels-probe --nvidia-smi /nonexistent/nvidia-smi")
+    assert run.rc == 1 and "left as it is" in run.stderr
+    assert not host.file("/tmp/k8s-labels-probe").exists
+    features = host.file(FEATURES)
+    if is_image(gpuhost_instance):
+        assert not features.exists, "a node image gets its labels on first boot"
+        return
+    assert features.content_string == HEADER + "\ngpuhost.nvidia/gpu.present=false\n"
+
+
+def test_state_absent_restores_the_files(host, gpuhost_instance):
+    if is_image(gpuhost_instance):
+        return
+    first = run_playbook_json(str(SCENARIO / "absent.yml"), limit=gpuhost_instance)
+    assert first["stats"][gpuhost_instance]["failures"] == 0, first
+    assert changed_tasks(first, gpuhost_instance), "the first removal changes something"
+    second = run_playbook_json(str(SCENARIO / "absent.yml"), limit=gpuhost_instance)
+    assert second["stats"][gpuhost_instance]["failures"] == 0, second
+    assert changed_tasks(second, gpuhost_instance) == []
+    check = host.run("sha256sum -c /root/k8s-baseline.sha256")
+    assert check.rc == 0, check.stdout + check.stderr
+    for path in ("/etc/containerd/conf.d/99-nvidia.toml", FEATURES, "/etc/systemd/system/" + UNIT,
+                 "/usr/local/lib/gpuhost/k8s_gpu_node/k8s-node-labels", "/usr/local/lib/gpuhost/k8s_gpu_node"):
+        assert not host.file(path).exists, path
+    assert host.service("containerd").is_running
+    dump = tomllib.loads(host.run("containerd --config /etc/containerd/config.toml config dump").stdout)
+    assert "nvidia" not in dump["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]
