@@ -11,6 +11,7 @@ Their documentation is in the sidecar .yml files. The planning lives in module_u
 from __future__ import annotations
 
 import typing as t
+from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
 
@@ -42,7 +43,8 @@ def _node_name(value: t.Any, name: str) -> str:
 
 def gpu_upgrade_k8s_cluster(nodes: t.Any, roll: t.Any, targets: t.Any, max_unavailable: t.Any = None, serial: t.Any = 1) -> dict[str, t.Any]:
     """The roll over the cluster (module_utils/_upgrade_k8s.py cluster_plan)."""
-    roll = sequence(roll, "gpu_upgrade_k8s_cluster: roll", "give one {host, node} per host of the roll")
+    if not isinstance(roll, Mapping):
+        roll = sequence(roll, "gpu_upgrade_k8s_cluster: roll", "give one {host, node} per host of the roll, or a dict host: node")
     targets = mapping(targets, "gpu_upgrade_k8s_cluster: targets")
     return _call("gpu_upgrade_k8s_cluster", _upgrade_k8s.cluster_plan, plain(nodes), plain(roll), plain(dict(targets)),
                  max_unavailable, serial)
@@ -50,8 +52,11 @@ def gpu_upgrade_k8s_cluster(nodes: t.Any, roll: t.Any, targets: t.Any, max_unava
 
 def gpu_upgrade_k8s_node(node: t.Any, pods: t.Any, target: t.Any, drain: t.Any = False) -> dict[str, t.Any]:
     """One node at its turn (module_utils/_upgrade_k8s.py node_plan)."""
-    if not isinstance(target, str) or not target:
-        raise AnsibleFilterError("gpu_upgrade_k8s_node: target must be the cluster plan's target, got %r" % (target,))
+    if isinstance(target, Mapping):
+        target = _upgrade_k8s.target_id(plain(dict(target)))
+    if not isinstance(target, str) or not target or not _upgrade_k8s.LABEL_VALUE_RE.fullmatch(target) or len(target) > 63:
+        raise AnsibleFilterError("gpu_upgrade_k8s_node: target must be the roll's targets (gpu_upgrade_targets) or the cluster "
+                                 "plan's target, got %r" % (target,))
     return _call("gpu_upgrade_k8s_node", _upgrade_k8s.node_plan, plain(node), plain(pods), target,
                  _flag(drain, "gpu_upgrade_k8s_node: drain"))
 

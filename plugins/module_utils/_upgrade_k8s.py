@@ -30,6 +30,8 @@ import re
 import typing as t
 from collections.abc import Mapping, Sequence
 
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _gpu_operator
+
 # The collection's own node labels and annotation (never a made-up nvidia.com/ name: those are NVIDIA's).
 PREFIX = "gpuhost.nvidia/"
 STATE_LABEL = PREFIX + "upgrade-state"
@@ -271,8 +273,8 @@ def cluster_plan(nodes: t.Any, roll: t.Any, targets: Mapping[str, t.Any], max_un
                  serial: int = 1) -> dict[str, t.Any]:
     """The roll over the cluster, before the first host.
 
-    ``nodes``: the Node list (k8s_info). ``roll``: the hosts in inventory order, ``{host, node}`` (node '' for a host
-    that is no Kubernetes node). ``targets``: the roll's targets (``_upgrade.targets``). ``max_unavailable_value``: None
+    ``nodes``: the Node list (k8s_info). ``roll``: the hosts in inventory order, ``{host, node}`` each or a mapping
+    host -> node (node '' for a host that is no Kubernetes node). ``targets``: the roll's targets (``_upgrade.targets``). ``max_unavailable_value``: None
     keeps ``serial`` as the batch size.
 
     Returns ``errors``; ``target`` (:func:`target_id`); ``gpu_nodes`` (the nodes offering a GPU resource, plus the roll's nodes); ``max_unavailable``;
@@ -283,6 +285,8 @@ def cluster_plan(nodes: t.Any, roll: t.Any, targets: Mapping[str, t.Any], max_un
     errors: list[str] = []
     target = target_id(targets)
     index = _node_index(nodes)
+    if isinstance(roll, Mapping):
+        roll = [{"host": host, "node": name} for host, name in roll.items()]
     entries = _list(roll)
     hosts: dict[str, dict[str, t.Any]] = {}
     for entry in entries:
@@ -389,4 +393,6 @@ def node_plan(node: t.Any, pods: t.Any, target: str, drain: bool = False) -> dic
     if start == CORDON and initial is not None:
         plan["patches"][CORDON] = state_patch(CORDON, target, initial)
     plan.update(gpu_pods(pods, name) if not drain else {"evict": [], "kept": [], "found": gpu_pods(pods, name)["found"]})
+    # The GPU Operator's driver or toolkit pods on the node: the host's own would fight them.
+    errors.extend("%s: %s" % (name, refusal) for refusal in _gpu_operator.refusals(_gpu_operator.pod_evidence(pods, name), _gpu_operator.COMPONENTS))
     return plan

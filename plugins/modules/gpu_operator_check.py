@@ -26,9 +26,11 @@ attributes:
     description: Reads only.
   diff_mode:
     support: none
+    description: Changes nothing, so there is no diff.
   platform:
     support: full
     platforms: posix
+    description: Linux hosts.
 options:
   components:
     description: What the calling role installs.

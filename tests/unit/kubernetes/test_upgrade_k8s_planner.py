@@ -226,3 +226,15 @@ def test_unknown_state_stops_the_node():
     odd["metadata"]["labels"]["gpuhost.nvidia/upgrade-state"] = "pod-restart-required"
     plan = k8s.node_plan(odd, load("pods-empty.json"), TARGET)
     assert plan["errors"] and "pod-restart-required" in plan["errors"][0] and "upgrade-required" in plan["errors"][0]
+
+
+def test_operator_driver_pod_stops_the_node():
+    pods = load("pods-gpu-node-1.json")
+    pods["resources"].append({"metadata": {"name": "nvidia-driver-daemonset-6wd8q", "namespace": "gpu-operator",
+                                           "labels": {"app": "nvidia-driver-daemonset"},
+                                           "ownerReferences": [{"kind": "DaemonSet", "name": "nvidia-driver-daemonset"}]},
+                              "spec": {"nodeName": "gpu-node-1", "containers": [{"name": "nvidia-driver-ctr"}]},
+                              "status": {"phase": "Running"}})
+    plan = k8s.node_plan(node("gpu-node-1"), pods, TARGET)
+    assert len(plan["errors"]) == 1 and plan["errors"][0].startswith("gpu-node-1: the GPU Operator manages this node's NVIDIA driver")
+    assert "driver.enabled=false" in plan["errors"][0]
