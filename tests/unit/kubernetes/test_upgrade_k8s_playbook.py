@@ -142,10 +142,11 @@ def test_first_roll_plans_from_the_node_list_and_resumes_first(rolls):
     # Interrupted gpu-node-3 goes first (the table lists the roll's order).
     assert list(rolls["table"]) == ["gpu03", "gpu01", "gpu02", "gpu04", "gpu07"]
     assert [rolls["table"][h][1] for h in HOSTS] == ["ok", "skipped", "ok", "skipped", "failed"]
-    # 50 % of the 7 GPU nodes is 4 (rounded up); gpu-node-5, not Ready, uses one: batches of 3.
+    # 50 % of the 7 GPU nodes is 4 (rounded up); gpu-node-5 (not Ready) and gpu-node-6 (cordoned), outside the roll,
+    # use two: batches of 2, in the roll's order.
     batches = [sorted({h for t in p["tasks"] for h in t["hosts"]} - {"localhost"}) for p in result["plays"]
                if p["play"]["name"].startswith("Roll")]
-    assert batches == [["gpu01", "gpu02", "gpu03"], ["gpu04", "gpu07"]], batches
+    assert batches == [["gpu01", "gpu03"], ["gpu02", "gpu04"], ["gpu07"]], batches
 
 
 def test_resumed_node_starts_at_its_recorded_step(rolls):
