@@ -73,6 +73,15 @@ DNF_LIST = "nvidia-driver.x86_64  3:580.95.05-1.el9  cuda-rhel9-x86_64\n"
 K8S_NODE_REQUEST = {"distribution": "auto", "runtime": "containerd", "accelerator": "", "labels": {"example.com/pool": "a"},
                     "taint_effect": "NoSchedule", "preset_labels": True, "taint": True, "registration": True,
                     "image_build": False, "gfd_deployed": False, "default_runtime": False}
+# A Node and a Pod as kubernetes.core.k8s_info returns them, cut down.
+K8S_NODE = {"metadata": {"name": "gpu-node-1", "labels": {"gpuhost.nvidia/upgrade-state": "host-upgrade-required",
+                                                          "gpuhost.nvidia/upgrade-target": "d580.95.05_tany"},
+                         "annotations": {"gpuhost.nvidia/upgrade-initial-unschedulable": "false"}},
+            "spec": {"unschedulable": True}, "status": {"capacity": {"nvidia.com/gpu": "8"}, "conditions": [{"type": "Ready", "status": "True"}]}}
+K8S_POD = {"metadata": {"name": "train-0", "namespace": "ml", "labels": {"app": "train"}, "ownerReferences": [{"kind": "Job"}]},
+           "spec": {"nodeName": "gpu-node-1", "containers": [{"resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+           "status": {"phase": "Running"}}
+
 GOOD: dict[str, tuple[list[t.Any], dict[str, t.Any]]] = {
     "select_gpus": ([FACTS], {"min_memory_mib": 1000, "models": ["H100"], "count": 1, "prefer": "most_memory", "allow_mig": True}),
     "gpu_arch": (["8.9"], {}),
@@ -120,6 +129,10 @@ GOOD: dict[str, tuple[list[t.Any], dict[str, t.Any]]] = {
     "nvidia_node_labels_file": ([{"nvidia.com/gpu.count": "1", "gpuhost.nvidia/gpu.present": "true"}, "# gpuhost.nvidia\n"], {}),
     "role_input_errors": ([{"gpu_exporter_port": 9400, "gpu_exporter_listen_address": "127.0.0.1"}, "gpu_exporter"], {}),
     "systemd_quote": (["--web.listen-address=127.0.0.1:9400"], {}),
+    "gpu_upgrade_k8s_cluster": ([{"resources": [K8S_NODE]}, {"gpu01": "gpu-node-1"},
+                                 {"driver_version": "580.95.05", "driver_branch": "580", "toolkit_version": ""}], {"max_unavailable": "25%"}),
+    "gpu_upgrade_k8s_node": ([{"resources": [K8S_NODE]}, {"resources": [K8S_POD]}, "d580.95.05_tany"], {"drain": False}),
+    "gpu_upgrade_k8s_jobs": ([{"resources": [K8S_POD]}, "gpu-node-1"], {}),
 }
 
 # More good calls, for filters that take their input in more than one form (the facts, a GPU, a version).

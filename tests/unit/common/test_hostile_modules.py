@@ -63,6 +63,7 @@ def _good(tmp: str) -> dict[str, dict[str, t.Any]]:
         "kubelet_registration": {"env_file": os.path.join(tmp, "kubelet"), "record": os.path.join(tmp, "kubelet-record.json"),
                                  "labels": {"nvidia.com/gpu": "true"},
                                  "taints": [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]},
+        "gpu_operator_check": {"components": ["driver", "toolkit"], "root": tmp},
     }
 
 
