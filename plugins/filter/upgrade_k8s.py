@@ -20,6 +20,7 @@ from ansible_collections.gpuhost.nvidia.plugins.plugin_utils._lazy import module
 
 # Imported when a filter of this file first runs, not when Ansible loads the file (plugin_utils/_lazy.py).
 _upgrade_k8s = module_utils("_upgrade_k8s")
+_labels = module_utils("_labels")
 
 
 def _call(name: str, function: t.Callable[..., t.Any], *args: t.Any, **kwargs: t.Any) -> t.Any:
@@ -54,7 +55,7 @@ def gpu_upgrade_k8s_node(node: t.Any, pods: t.Any, target: t.Any, drain: t.Any =
     """One node at its turn (module_utils/_upgrade_k8s.py node_plan)."""
     if isinstance(target, Mapping):
         target = _upgrade_k8s.target_id(plain(dict(target)))
-    if not isinstance(target, str) or not target or not _upgrade_k8s.LABEL_VALUE_RE.fullmatch(target) or len(target) > 63:
+    if not isinstance(target, str) or not target or not _labels.valid_label_value(target):
         raise AnsibleFilterError("gpu_upgrade_k8s_node: target must be the roll's targets (gpu_upgrade_targets) or the cluster "
                                  "plan's target, got %r" % (target,))
     return _call("gpu_upgrade_k8s_node", _upgrade_k8s.node_plan, plain(node), plain(pods), target,

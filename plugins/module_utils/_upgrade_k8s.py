@@ -31,6 +31,7 @@ import typing as t
 from collections.abc import Mapping, Sequence
 
 from ansible_collections.gpuhost.nvidia.plugins.module_utils import _gpu_operator
+from ansible_collections.gpuhost.nvidia.plugins.module_utils._labels import valid_label_value
 
 # The collection's own node labels and annotation (never a made-up nvidia.com/ name: those are NVIDIA's).
 PREFIX = "gpuhost.nvidia/"
@@ -75,8 +76,6 @@ _PERCENT_RE = re.compile(r"([0-9]{1,3})%")
 _COUNT_RE = re.compile(r"[0-9]{1,6}")
 # A node name is a DNS-1123 subdomain (Kubernetes apimachinery IsDNS1123Subdomain).
 NODE_NAME_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-# A label value: empty or 1-63 of [A-Za-z0-9._-], alphanumeric at both ends (apimachinery IsValidLabelValue).
-LABEL_VALUE_RE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
 
 
 def _shown(value: t.Any) -> str:
@@ -120,7 +119,7 @@ def target_id(targets: Mapping[str, t.Any]) -> str:
     driver = str(targets.get("driver_version") or targets.get("driver_branch") or "any")
     toolkit = str(targets.get("toolkit_version") or "any")
     text = "d%s_t%s" % (driver, toolkit)
-    if len(text) <= 63 and LABEL_VALUE_RE.fullmatch(text):
+    if valid_label_value(text):
         return text
     return "sha-" + hashlib.sha256(("%s\0%s" % (driver, toolkit)).encode()).hexdigest()[:12]
 

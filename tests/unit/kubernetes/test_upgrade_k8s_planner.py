@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _labels
 from ansible_collections.gpuhost.nvidia.plugins.module_utils import _upgrade_k8s as k8s
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "upgrade"
@@ -69,7 +70,7 @@ def test_target_id_is_a_label_value():
     assert k8s.target_id(TARGETS) == TARGET
     assert k8s.target_id({"driver_branch": "580"}) == "d580_tany"
     odd = k8s.target_id({"driver_version": "580.95.05", "toolkit_version": "1.18.0-1~rc.1+b2"})
-    assert odd.startswith("sha-") and len(odd) == 16 and k8s.LABEL_VALUE_RE.fullmatch(odd)
+    assert odd.startswith("sha-") and len(odd) == 16 and _labels.valid_label_value(odd)
     assert odd != k8s.target_id({"driver_version": "580.95.05", "toolkit_version": "1.18.0-1~rc.1+b3"})
 
 
