@@ -315,7 +315,7 @@ def test_restart_if_idle_defers_while_a_gpu_container_runs(host, gpuhost_instanc
     assert noted["report"] == [
         "nvidia_container_toolkit: crio.service restart pending (restart policy if_idle): containers it would stop use "
         "the GPUs: crio container 63425c4a8b42 (sleep, pid %s, GPU 0). It was not restarted; the next run restarts it once "
-        "they have stopped, or restart it yourself (systemctl restart crio.service)." % job]
+        "they have stopped, or restart it yourself (systemctl restart crio.service), or set the restart policy to always." % job]
 
 
 def test_cdi_spec_generated_valid_and_recorded(host, gpuhost_instance):

@@ -80,7 +80,11 @@ def test_probe_sees_each_drift_and_one_run_repairs_it(host, gpuhost_instance, tm
                 and not t["hosts"][gpuhost_instance].get("skipped")}
     ended = roles_that_ran(" : Probe whether the host is as the role's last full run left it")
     ended -= roles_that_ran(" : Record what the full run left for the next run's probe")
-    assert ended == set(ROLES) and fast["stats"][gpuhost_instance]["changed"] == 0, (ended, fast["stats"])
+    # On a failure, what each role's probe answered (its drift, or why its inputs differ) says why it took the full path.
+    probes = {t["task"]["name"]: {k: v for k, v in t["hosts"][gpuhost_instance].items() if k not in ("outputs", "invocation")}
+              for p in fast["plays"] for t in p["tasks"]
+              if t["task"]["name"].endswith(" : Probe whether the host is as the role's last full run left it") and gpuhost_instance in t["hosts"]}
+    assert ended == set(ROLES) and fast["stats"][gpuhost_instance]["changed"] == 0, (ended, fast["stats"], probes)
     # The probes answered from site.yml's one observation of every record: it found each one confirmed and undrifted.
     observed = observation(fast, gpuhost_instance)
     assert {role: (observed[role]["confirmed"], observed[role]["drift"]) for role in ROLES} == {role: (True, []) for role in ROLES}
