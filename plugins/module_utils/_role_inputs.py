@@ -350,9 +350,9 @@ ROLE_RULES: dict[str, dict[str, _validate.Rule]] = {
         "gpu_exporter_dcgm_version": DEBIAN_VERSION,
         "gpu_exporter_dcgm_exporter_version": DEBIAN_VERSION,
         # Part of the package name datacenter-gpu-manager-4-cuda<major>.
-        "gpu_exporter_dcgm_cuda_major": IntegerLike(1, 99),
+        "gpu_exporter_dcgm_cuda_major": Optional(IntegerLike(1, 99)),
         "gpu_exporter_dcgm_repo_keyring": PATH,
-        "gpu_exporter_dcgm_repo_key_fingerprint": FINGERPRINT,
+        "gpu_exporter_dcgm_repo_key_fingerprint": Optional(FINGERPRINT),
         # dcgm-exporter's collectors CSV: one row a line, three comma-separated fields.
         "gpu_exporter_dcgm_collectors": _validate.ListOf(_validate.Fields({
             "field": Required(_validate.Identifier(DCGM_FIELD_RE, "a DCGM field name such as DCGM_FI_DEV_GPU_TEMP")),

@@ -46,7 +46,7 @@ def test_unit_enabled_running_and_hardened(host, gpuhost_instance):
         assert props["DeviceAllow"] == ""
         assert host.service("nvidia-dcgm.service").is_enabled and host.service("nvidia-dcgm.service").is_running
         assert host.package("datacenter-gpu-manager-4-core").version == "4.5.2-1"
-        assert host.package("datacenter-gpu-manager-4-cuda12").version == "4.5.2-1"
+        assert host.package("datacenter-gpu-manager-4-cuda13").version == "4.5.2-1"
         assert host.package("datacenter-gpu-manager-exporter").version == "4.8.2-1"
         assert host.file("/usr/share/gpuhost-stub/datacenter-gpu-manager-exporter/STUB").exists
         csv = host.file("/etc/gpuhost-gpu-exporter/dcgm-collectors.csv").content_string
