@@ -227,7 +227,10 @@ BATTERY = {
         [{"field": "DCGM_FI_DEV_GPU_TEMP", "type": "gauge", "help": "a, b"}],
         [{"field": "DCGM_FI_DEV_GPU_TEMP\n", "type": "gauge", "help": "x"}],
         [{"field": "temp", "type": "gauge", "help": "x"}], [{"field": "DCGM_FI_DEV_GPU_TEMP", "type": "gauge, x", "help": "x"}],
-        [{"field": "DCGM_FI_DEV_GPU_TEMP", "type": "gauge"}], ["DCGM_FI_DEV_GPU_TEMP"]],
+        [{"field": "DCGM_FI_DEV_GPU_TEMP", "type": "gauge"}], ["DCGM_FI_DEV_GPU_TEMP"],
+        # the shape of a DCGM field, but no field the exporter knows (it would stop at start)
+        [{"field": "DCGM_FI_DEV_GPU_TEMPERATURE", "type": "gauge", "help": "x"}],
+        [{"field": "DCGM_EXP_XID_ERRORS_COUNTXXX", "type": "gauge", "help": "x"}]],
     ("nvidia_container_toolkit", "nvidia_container_toolkit_node_labels_file"): PATHS_BAD_OPTIONAL,
     ("nvidia_container_toolkit", "nvidia_container_toolkit_runtime_path"): PATHS_BAD,
     ("nvidia_container_toolkit", "nvidia_container_toolkit_docker_daemon_json"): PATHS_BAD,
@@ -356,3 +359,14 @@ def test_good_compose_services_pass():
                 {"path": "/srv/b", "strategy": "spread", "services": [{"name": "a", "count": 1}], "mode": 420},
                 {"path": "/srv/c", "services": [{"name": "a"}], "mode": "u=rw,g=r,o=r"}]
     assert r.role_errors("gpu_compose", _values("gpu_compose", gpu_compose_projects=projects)) == []
+
+
+def test_collectors_take_every_dcgm_field_the_exporter_knows():
+    """The default collectors, a legacy name and an exporter counter pass; dcgm-exporter's own test table of a name it
+    refuses (counter_config_test.go, "Invalid Input DCGM_EXP_XID_ERRORS_COUNTXXX") is refused here too."""
+    names = ("DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_PERSISTENCE_MODE", "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "DCGM_EXP_XID_ERRORS_COUNT")
+    rows = [{"field": f, "type": "gauge", "help": "x"} for f in names]
+    assert not [e for e in r.role_errors("gpu_exporter", {"gpu_exporter_dcgm_collectors": rows}) if "collectors" in e]
+    bad = [{"field": "DCGM_EXP_XID_ERRORS_COUNTXXX", "type": "gauge", "help": "x"}]
+    errors = r.role_errors("gpu_exporter", {"gpu_exporter_dcgm_collectors": bad})
+    assert any("is not a DCGM field dcgm-exporter 4.8.2 knows" in e for e in errors), errors

@@ -105,3 +105,16 @@ def test_the_dcgm_key_is_the_drivers_for_the_distribution(name, fingerprint):
     assert load["ansible.builtin.include_role"] == {"name": "gpuhost.nvidia.nvidia_driver", "tasks_from": "set_vars.yml"}
     assert "__nvidia_driver_repo_defaults.nvidia.key_fingerprint" in check["gpuhost.nvidia.repository_key"]["fingerprint"]
     assert yaml.safe_load((ROLE / "defaults" / "main.yml").read_text(encoding="utf-8"))["gpu_exporter_dcgm_repo_key_fingerprint"] is None
+
+
+def test_every_field_of_the_vocabulary_and_the_defaults_is_a_known_dcgm_field():
+    """The collectors check (module_utils/_dcgm_fields.py, go-dcgm's maps) knows every field dcgm-exporter's default
+    counters name, commented rows and label rows included, and every default collector."""
+    from ansible_collections.gpuhost.nvidia.plugins.module_utils import _dcgm_fields  # pylint: disable=import-outside-toplevel
+    vocab = yaml.safe_load((ROLE.parents[1] / "tests" / "repos" / "vocabulary" / "dcgm-exporter.json").read_text(encoding="utf-8"))
+    published = set(vocab["metrics"]) | set(vocab["optional_metrics"]) | set(vocab["field_metrics"]) | set(vocab["label_fields"]) \
+        | set(vocab["optional_label_fields"])
+    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text(encoding="utf-8"))["gpu_exporter_dcgm_collectors"]
+    assert published - _dcgm_fields.KNOWN == set()
+    assert {row["field"] for row in defaults} <= _dcgm_fields.KNOWN
+    assert len(_dcgm_fields.DCGM_FIELDS) > 600 and "DCGM_FI_DEV_GPU_TEMPERATURE" not in _dcgm_fields.KNOWN
