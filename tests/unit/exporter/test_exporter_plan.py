@@ -118,3 +118,23 @@ def test_every_field_of_the_vocabulary_and_the_defaults_is_a_known_dcgm_field():
     assert published - _dcgm_fields.KNOWN == set()
     assert {row["field"] for row in defaults} <= _dcgm_fields.KNOWN
     assert len(_dcgm_fields.DCGM_FIELDS) > 600 and "DCGM_FI_DEV_GPU_TEMPERATURE" not in _dcgm_fields.KNOWN
+
+
+def test_the_key_task_resolves_the_drivers_fingerprint_on_this_controller(local_play):
+    """dcgm.yml's two key tasks, run in check mode on the controller (Debian 12 in CI) with the check swapped for a
+    debug of its argument: nvidia_driver's set_vars.yml loads, and the fingerprint is that role's for the distribution;
+    a fingerprint the user sets wins, and then nvidia_driver's vars are not loaded at all."""
+    load, check = yaml.safe_load((ROLE / "tasks" / "dcgm.yml").read_text(encoding="utf-8"))[:2]
+    show = {"name": "Show the fingerprint", "ansible.builtin.debug": {"msg": check["gpuhost.nvidia.repository_key"]["fingerprint"]}}
+    release = dict(part.split("=", 1) for part in Path("/etc/os-release").read_text(encoding="utf-8").split() if "=" in part)
+    expected = test_driver_vars.Host({"12": "debian12", "13": "debian13"}.get(release.get("VERSION_ID", "").strip('"'), "debian12"))
+    if release.get("ID") != "debian":
+        pytest.skip("the controller is not Debian: the expected fingerprint is Debian's")
+    results = local_play([{"hosts": "localhost", "gather_facts": True, "gather_subset": ["min"],
+                           "vars": {"gpu_exporter_dcgm_repo_key_fingerprint": None}, "tasks": [load, show]}])
+    assert results["Show the fingerprint"]["msg"] == expected.repo("nvidia")["key_fingerprint"]
+    results = local_play([{"hosts": "localhost", "gather_facts": True, "gather_subset": ["min"],
+                           "vars": {"gpu_exporter_dcgm_repo_key_fingerprint": "AE09FE4BBD223A84B2CCFCE3F60F4B3D7FA2AF80"},
+                           "tasks": [load, show]}])
+    assert results["Show the fingerprint"]["msg"] == "AE09FE4BBD223A84B2CCFCE3F60F4B3D7FA2AF80"
+    assert results["Load nvidia_driver's per-distribution repository variables (the CUDA repository key)"].get("skipped")
