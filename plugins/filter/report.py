@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""Fleet report and Prometheus file_sd filters: gpu_fleet_report, gpu_exporter_file_sd.
+"""Fleet report and Prometheus filters: gpu_fleet_report, gpu_exporter_file_sd, gpu_exporter_plan.
 
 Their documentation is in the sidecar .yml files. The logic lives in module_utils/_report.py.
 """
@@ -18,6 +18,7 @@ from ansible_collections.gpuhost.nvidia.plugins.plugin_utils._lazy import module
 
 # Imported when a filter of this file first runs, not when Ansible loads the file (plugin_utils/_lazy.py).
 _report = module_utils("_report")
+_exporter = module_utils("_exporter")
 
 _FORMATS = ("data", "json", "csv", "html")
 
@@ -55,6 +56,29 @@ def gpu_exporter_file_sd(targets: t.Any) -> list[dict[str, t.Any]]:
     return _report.file_sd(targets)
 
 
+_KINDS = ("auto", "dcgm", "nvidia_gpu_exporter")
+
+
+def gpu_exporter_plan(kind: t.Any, consumer_only: t.Any, os_family: t.Any, facts: t.Any = None, cuda_major: t.Any = None,
+                      branch: t.Any = None) -> dict[str, t.Any]:
+    """Internal: gpu_exporter's choice of exporter and DCGM CUDA major; a request it cannot meet fails naming why."""
+    if kind not in _KINDS:
+        raise AnsibleFilterError(f"gpu_exporter_plan: gpu_exporter_kind must be one of {', '.join(_KINDS)}, not {kind!r}")
+    if not isinstance(consumer_only, bool):
+        raise AnsibleFilterError(f"gpu_exporter_plan: consumer_only must be true or false, not {consumer_only!r}")
+    if not isinstance(os_family, str) or not os_family:
+        raise AnsibleFilterError(f"gpu_exporter_plan: os_family must be the host's ansible_facts.os_family, not {os_family!r}")
+    if facts is not None and not isinstance(facts, Mapping):
+        raise AnsibleFilterError(f"gpu_exporter_plan: facts must be ansible_facts.nvidia_gpu, not {type(facts).__name__}")
+    if cuda_major not in (None, "") and (isinstance(cuda_major, bool) or not str(cuda_major).isdigit() or not 1 <= int(cuda_major) <= 99):
+        raise AnsibleFilterError(f"gpu_exporter_plan: gpu_exporter_dcgm_cuda_major must be a CUDA major such as 13, not {cuda_major!r}")
+    result = _exporter.plan(kind, consumer_only, os_family, facts, cuda_major, branch)
+    if result["errors"]:
+        raise AnsibleFilterError("gpu_exporter: " + "; ".join(result["errors"]))
+    return result
+
+
 class FilterModule:
     def filters(self) -> dict[str, t.Callable[..., t.Any]]:
-        return guarded({"gpu_fleet_report": gpu_fleet_report, "gpu_exporter_file_sd": gpu_exporter_file_sd})
+        return guarded({"gpu_fleet_report": gpu_fleet_report, "gpu_exporter_file_sd": gpu_exporter_file_sd,
+                        "gpu_exporter_plan": gpu_exporter_plan})

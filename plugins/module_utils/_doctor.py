@@ -139,8 +139,11 @@ def _char_links(root: str, nodes: t.Iterable[str]) -> dict[str, dict[str, t.Any]
     return links
 
 
-def read_host(facts: dict[str, t.Any], params: dict[str, t.Any], root: str = "/", kernel_release: str | None = None) -> dict[str, t.Any]:
-    """What the checks need beyond the facts. Reads only; every path is under ``root``."""
+def read_host(facts: dict[str, t.Any], params: dict[str, t.Any], root: str = "/", kernel_release: str | None = None,
+              commands: dict[str, t.Any] | None = None) -> dict[str, t.Any]:
+    """What the checks need beyond the facts. Reads only; every path is under ``root``. ``commands`` is what
+    :func:`read_commands` read on the host (the kernel log, Fabric Manager's state, the Docker version); without it
+    those are unknown."""
     release = kernel_release or os.uname().release
     conf_dir = _join(root, params["containerd_conf_dir"])
     dropins = []
@@ -178,6 +181,7 @@ def read_host(facts: dict[str, t.Any], params: dict[str, t.Any], root: str = "/"
         "cgroup_v2": os.path.isfile(_join(root, "/sys/fs/cgroup/cgroup.controllers")),
         # Facts gathered before the key existed carry no kernels: read them here, under the same root.
         "kernels": facts.get("kernels") if isinstance(facts.get("kernels"), dict) else _kernels.installed_kernels(root, release),
+        **(commands if commands is not None else unread_commands("no command was run on the host")),
     }
 
 
@@ -356,7 +360,11 @@ def check_docker_runtime(facts: dict[str, t.Any], host: dict[str, t.Any], params
     name = params["runtime_name"]
     fix_configure = "Run `nvidia-ctk runtime configure --runtime=docker` (role gpuhost.nvidia.nvidia_container_toolkit), then restart docker"
     if not config["exists"]:
-        return check("docker_runtime", title, WARN, "%s does not exist: Docker knows no nvidia runtime" % config["path"], fix_configure)
+        if docker_cdi_by_default(host):
+            return check("docker_runtime", title, OK, "%s does not exist, but Docker %s enables CDI by default: use --device "
+                         "nvidia.com/gpu=all" % (config["path"], host["docker_version"]))
+        return check("docker_runtime", title, WARN, "%s does not exist: Docker knows no nvidia runtime%s" % (
+            config["path"], _docker_version_note(host)), fix_configure)
     try:
         data = json.loads(config["text"]) if config["text"].strip() else {}
     except ValueError as exc:
@@ -373,12 +381,30 @@ def check_docker_runtime(facts: dict[str, t.Any], host: dict[str, t.Any], params
     if name not in runtimes:
         if cdi:
             return check("docker_runtime", title, OK, "no %s runtime, but CDI is enabled (features.cdi): use --device nvidia.com/gpu=all" % name)
-        return check("docker_runtime", title, WARN, "%s defines no %s runtime and CDI is not enabled" % (config["path"], name), fix_configure)
+        if cdi is None and docker_cdi_by_default(host):
+            return check("docker_runtime", title, OK, "no %s runtime, but Docker %s enables CDI by default: use --device "
+                         "nvidia.com/gpu=all" % (name, host["docker_version"]))
+        off = " (features.cdi is false)" if cdi is False else _docker_version_note(host)
+        return check("docker_runtime", title, WARN, "%s defines no %s runtime and CDI is not enabled%s" % (config["path"], name, off),
+                     fix_configure)
     problem = _runtime_binary_problem(host.get("root", "/"), (runtimes[name] or {}).get("path"))
     if problem:
         return check("docker_runtime", title, FAIL, "runtimes.%s %s" % (name, problem), fix_configure)
     return check("docker_runtime", title, OK, "runtimes.%s -> %s%s%s" % (
         name, runtimes[name]["path"], "; default-runtime %s" % default if default else "", "; CDI enabled" if cdi else ""))
+
+
+def docker_cdi_by_default(host: dict[str, t.Any]) -> bool:
+    """Whether the host's Docker engine turns CDI on without features.cdi (Docker Engine 28.2.0 and later)."""
+    parsed = version_tuple(host.get("docker_version"))
+    return parsed is not None and parsed[:2] >= DOCKER_CDI_DEFAULT
+
+
+def _docker_version_note(host: dict[str, t.Any]) -> str:
+    version = host.get("docker_version")
+    if version:
+        return " (Docker %s; CDI is on by default from %d.%d)" % ((version,) + DOCKER_CDI_DEFAULT)
+    return " (the Docker engine's version is unknown: dockerd --version did not answer)"
 
 
 def _dig(data: t.Any, keys: t.Iterable[str]) -> t.Any:
@@ -635,6 +661,165 @@ def check_nvml_cgroup(facts: dict[str, t.Any], host: dict[str, t.Any], params: d
     return check("nvml_cgroup", title, OK, why)
 
 
+# -- the checks ops teams run by hand: the kernel log's Xids, Fabric Manager, NVLink ----------------------------------
+
+# Xid meanings and what they ask of the operator, for the Xids NVIDIA's Xid catalog names and resolves with more
+# than restarting the application (docs/sources.md, "Xid catalog"; dcgm-exporter's xid_errors.go has the same
+# descriptions). FAIL: a GPU reset, a reboot or a service call; WARN: memory wearing, watch it.
+XID_FAIL: dict[int, str] = {
+    48: "double-bit ECC error",
+    64: "ECC page retirement or row remapper recording failure",
+    74: "NVLink error",
+    79: "GPU has fallen off the bus",
+    95: "uncontained ECC error",
+    119: "GSP RPC timeout",
+    120: "GSP error",
+    140: "unrecovered ECC error",
+    154: "GPU recovery action changed",
+}
+XID_WARN: dict[int, str] = {
+    63: "ECC page retirement or row remapping recording event",
+    92: "high single-bit ECC error rate",
+    94: "contained ECC error",
+}
+# Xids that an application causes (its bug or its exit), not the GPU: reported, not warned about.
+XID_APPLICATION: dict[int, str] = {
+    13: "graphics engine exception",
+    31: "GPU memory page fault",
+    43: "GPU stopped processing",
+    45: "preemptive cleanup, due to previous errors",
+}
+# NVRM: Xid (PCI:0000:3b:00): 79, pid=..., GPU has fallen off the bus.
+XID_LINE_RE = re.compile(r"NVRM: Xid \(PCI:([0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:\.[0-7])?\): (\d{1,4})\b")
+FABRIC_MANAGER_UNIT = "nvidia-fabricmanager.service"
+# Docker Engine 28.2.0 turns CDI on by default (docs/sources.md, "Docker CDI default").
+DOCKER_CDI_DEFAULT = (28, 2)
+DOCKER_VERSION_RE = re.compile(r"Docker version (\d+)\.(\d+)(?:\.(\d+))?")
+
+
+def read_commands(run: t.Callable[[list[str]], tuple[int, str, str]], which: t.Callable[[str], str | None]) -> dict[str, t.Any]:
+    """What the doctor reads through commands (``run(argv) -> (rc, stdout, stderr)``, ``which(name) -> path|None``):
+    the kernel log since boot (journalctl -k -b, else dmesg), Fabric Manager's unit state and the Docker engine's
+    version. Each is None when it cannot be read, with the reason under ``<key>_error``."""
+    out = unread_commands("")
+    errors = []
+    journalctl, dmesg = which("journalctl"), which("dmesg")
+    if journalctl:
+        rc, stdout, stderr = run([journalctl, "-k", "-b", "--no-pager", "-q", "-o", "short-monotonic"])
+        if rc == 0 and stdout.strip():
+            out.update(kernel_log=stdout, kernel_log_source="journalctl -k -b")
+        else:
+            errors.append("journalctl -k -b: %s" % ((stderr or "").strip() or ("rc %d" % rc if rc else "no kernel messages in the journal")))
+    if out["kernel_log"] is None and dmesg:
+        rc, stdout, stderr = run([dmesg])
+        if rc == 0:
+            out.update(kernel_log=stdout, kernel_log_source="dmesg")
+        else:
+            reason = (stderr or "").strip() or "rc %d" % rc
+            errors.append(reason if reason.startswith("dmesg:") else "dmesg: " + reason)
+    if out["kernel_log"] is None:
+        out["kernel_log_error"] = "; ".join(errors) or "neither journalctl nor dmesg is installed"
+    systemctl = which("systemctl")
+    if systemctl:
+        rc, stdout, stderr = run([systemctl, "is-active", FABRIC_MANAGER_UNIT])
+        # is-active prints the state (active, inactive, failed, activating, ...) and exits non-zero unless active.
+        state = stdout.strip().splitlines()[0] if stdout.strip() else ""
+        out["fabric_manager"] = state or None
+        out["fabric_manager_error"] = "" if state else (stderr or "").strip() or "systemctl is-active printed nothing (rc %d)" % rc
+    else:
+        out["fabric_manager_error"] = "systemctl is not installed"
+    dockerd = which("dockerd")
+    if dockerd:
+        rc, stdout, _stderr = run([dockerd, "--version"])
+        match = DOCKER_VERSION_RE.search(stdout or "") if rc == 0 else None
+        if match:
+            out["docker_version"] = "%s.%s.%s" % (match.group(1), match.group(2), match.group(3) or "0")
+    return out
+
+
+def unread_commands(reason: str) -> dict[str, t.Any]:
+    """read_commands' answer when nothing could be run: every value unknown, for ``reason``."""
+    return {"kernel_log": None, "kernel_log_source": None, "kernel_log_error": reason, "fabric_manager": None,
+            "fabric_manager_error": reason, "docker_version": None}
+
+
+def xid_events(text: str) -> list[dict[str, t.Any]]:
+    """Every NVRM Xid line of a kernel log: ``{pci, xid, line}`` in log order."""
+    events = []
+    for line in (text or "").splitlines():
+        match = XID_LINE_RE.search(line)
+        if match:
+            events.append({"pci": match.group(1).lower(), "xid": int(match.group(2)), "line": line.strip()})
+    return events
+
+
+def _xid_meaning(xid: int) -> str:
+    return XID_FAIL.get(xid) or XID_WARN.get(xid) or XID_APPLICATION.get(xid) or "not in the catalog's short list"
+
+
+def check_xid(facts: dict[str, t.Any], host: dict[str, t.Any], params: dict[str, t.Any]) -> dict[str, str]:
+    title = "Xid errors in the kernel log since boot"
+    text = host.get("kernel_log")
+    if text is None:
+        return check("xid", title, WARN, "cannot read the kernel log (%s): Xid errors are unknown, not absent" % host.get("kernel_log_error"),
+                     "Run the doctor as root (become: true) on a host whose journal keeps kernel messages (journalctl -k -b), or "
+                     "allow dmesg (sysctl kernel.dmesg_restrict=0)")
+    events = xid_events(text)
+    source = host.get("kernel_log_source") or "the kernel log"
+    if not events:
+        return check("xid", title, OK, "no NVRM Xid line in %s" % source)
+    by_xid: dict[int, set[str]] = {}
+    for event in events:
+        by_xid.setdefault(event["xid"], set()).add(event["pci"])
+    findings = ["Xid %d (%s) on %s" % (xid, _xid_meaning(xid), ", ".join(sorted(pcis))) for xid, pcis in sorted(by_xid.items())]
+    fix = ("Drain the GPU, then reset it (`nvidia-smi -r -i <gpu>`) or reboot; run `dcgmi diag -r 3` before returning it to "
+           "service, and replace a GPU whose Xid 48/64/79/95 recurs. Application Xids (13, 31, 43, 45) point at the job, "
+           "not the GPU. Meanings: NVIDIA's Xid catalog (docs.nvidia.com/deploy/xid-errors)")
+    if set(by_xid) & set(XID_FAIL):
+        return check("xid", title, FAIL, "%s: %s" % (source, "; ".join(findings)), fix)
+    if set(by_xid) - set(XID_APPLICATION):
+        return check("xid", title, WARN, "%s: %s" % (source, "; ".join(findings)), fix)
+    return check("xid", title, OK, "%s: application Xids only: %s" % (source, "; ".join(findings)))
+
+
+def check_fabric_manager(facts: dict[str, t.Any], host: dict[str, t.Any], params: dict[str, t.Any]) -> dict[str, str]:
+    title = "Fabric Manager on an NVSwitch host"
+    switches = facts.get("nvswitch_count") or 0
+    if not switches:
+        return check("fabric_manager", title, OK, "no NVSwitch on the PCI bus: Fabric Manager is not needed")
+    state = host.get("fabric_manager")
+    fix = ("Install and start Fabric Manager of the driver's branch (role gpuhost.nvidia.nvidia_driver, "
+           "nvidia_driver_fabric_manager: auto or true), then `systemctl enable --now %s`; its log is "
+           "/var/log/fabricmanager.log" % FABRIC_MANAGER_UNIT)
+    if state == "active":
+        return check("fabric_manager", title, OK, "%s is active for %d NVSwitch(es)" % (FABRIC_MANAGER_UNIT, switches))
+    if state is None:
+        return check("fabric_manager", title, WARN, "%d NVSwitch(es), and the state of %s cannot be read (%s)" % (
+            switches, FABRIC_MANAGER_UNIT, host.get("fabric_manager_error")), fix)
+    return check("fabric_manager", title, FAIL, "%d NVSwitch(es), but %s is %s: CUDA cannot initialise the GPUs "
+                 "(cudaErrorSystemNotReady) until it runs" % (switches, FABRIC_MANAGER_UNIT, state), fix)
+
+
+def check_nvlink(facts: dict[str, t.Any], host: dict[str, t.Any], params: dict[str, t.Any]) -> dict[str, str]:
+    title = "NVLink links active"
+    counts = {}
+    for gpu in _nvidia_gpus(facts, params["vfio_devices"]):
+        topology = gpu.get("topology") if isinstance(gpu.get("topology"), dict) else None
+        if topology is not None and topology.get("nvlink_active_links") is not None:
+            counts[_gpu_name(gpu)] = topology["nvlink_active_links"]
+    if not counts:
+        return check("nvlink", title, OK, "no GPU reports its NVLink state (needs NVML)")
+    most = max(counts.values())
+    if most == 0:
+        return check("nvlink", title, OK, "no active NVLink on %d GPU(s) (PCIe-only GPUs)" % len(counts))
+    short = ["%s: %d of %d" % (name, count, most) for name, count in sorted(counts.items()) if count < most]
+    if short:
+        return check("nvlink", title, WARN, "fewer active NVLinks than its peers: %s" % "; ".join(short),
+                     "Read the link state and errors (`nvidia-smi nvlink -s`, `nvidia-smi nvlink -e`); on an NVSwitch host "
+                     "check Fabric Manager; a link that stays down means reseating or replacing the GPU or baseboard")
+    return check("nvlink", title, OK, "%d active NVLinks on each of %d GPU(s)" % (most, len(counts)))
+
+
 CHECKS: tuple[t.Callable[..., dict[str, str]], ...] = (
     check_driver_loaded,
     check_driver_flavour,
@@ -652,10 +837,14 @@ CHECKS: tuple[t.Callable[..., dict[str, str]], ...] = (
     check_pcie_link,
     check_ecc,
     check_nvml_cgroup,
+    check_xid,
+    check_fabric_manager,
+    check_nvlink,
 )
 CHECK_IDS = (
     "driver_loaded", "driver_flavour", "nouveau", "cuda_version", "boot_kernel", "secure_boot", "device_nodes", "docker_runtime",
     "containerd_runtime", "cdi_spec", "persistence", "bindings", "throttling", "pcie_link", "ecc", "nvml_cgroup",
+    "xid", "fabric_manager", "nvlink",
 )
 
 

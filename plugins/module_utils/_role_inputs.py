@@ -23,7 +23,7 @@ import ipaddress
 import re
 import typing as t
 
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _compose, _gpg, _validate, _verify
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _compose, _dcgm_fields, _gpg, _validate, _verify
 from ansible_collections.gpuhost.nvidia.plugins.module_utils._validate import InputError
 
 # RFC 1123 section 2.1: a label of letters, digits and hyphens, 1-63 characters, neither starting nor ending with a
@@ -275,6 +275,21 @@ class Optional(_validate.Rule):
             self.rule(option, value)
 
 
+class DcgmField(_validate.Identifier):
+    """A DCGM field name dcgm-exporter takes in its collectors CSV: the shape, then the name itself among the fields
+    the pinned exporter knows (module_utils/_dcgm_fields.py); an unknown name would stop the exporter at start."""
+
+    def __init__(self) -> None:
+        super().__init__(DCGM_FIELD_RE, "a DCGM field name such as DCGM_FI_DEV_GPU_TEMP")
+
+    def check(self, option: str, value: t.Any) -> None:
+        super().check(option, value)
+        if value not in _dcgm_fields.KNOWN:
+            raise InputError(option, value, "is not a DCGM field dcgm-exporter 4.8.2 knows (go-dcgm %s): check the name against "
+                             "DCGM's field list (dcgm_fields.h), or the exporter stops with \"could not find DCGM field\""
+                             % _dcgm_fields.GO_DCGM_COMMIT)
+
+
 class Required(_validate.Rule):
     """``rule``, and the value must be there (a suboption that may not be left out)."""
 
@@ -350,12 +365,12 @@ ROLE_RULES: dict[str, dict[str, _validate.Rule]] = {
         "gpu_exporter_dcgm_version": DEBIAN_VERSION,
         "gpu_exporter_dcgm_exporter_version": DEBIAN_VERSION,
         # Part of the package name datacenter-gpu-manager-4-cuda<major>.
-        "gpu_exporter_dcgm_cuda_major": IntegerLike(1, 99),
+        "gpu_exporter_dcgm_cuda_major": Optional(IntegerLike(1, 99)),
         "gpu_exporter_dcgm_repo_keyring": PATH,
-        "gpu_exporter_dcgm_repo_key_fingerprint": FINGERPRINT,
+        "gpu_exporter_dcgm_repo_key_fingerprint": Optional(FINGERPRINT),
         # dcgm-exporter's collectors CSV: one row a line, three comma-separated fields.
         "gpu_exporter_dcgm_collectors": _validate.ListOf(_validate.Fields({
-            "field": Required(_validate.Identifier(DCGM_FIELD_RE, "a DCGM field name such as DCGM_FI_DEV_GPU_TEMP")),
+            "field": Required(DcgmField()),
             "type": Required(_validate.Identifier(DCGM_TYPE_RE, "a metric type such as gauge or counter")),
             "help": Required(_validate.Text(space=True, forbid=',"', max_length=512, what="one line of help text without commas")),
         }), min_items=1, max_items=512),

@@ -26,8 +26,15 @@ description:
     C(device_nodes) (C(/dev/nvidiactl),
     C(/dev/nvidiaN), C(/dev/nvidia-uvm)), C(docker_runtime), C(containerd_runtime), C(cdi_spec) (present, naming the
     running driver, newer than the driver library, not duplicated), C(persistence), C(bindings) (nvidia vs vfio-pci,
-    see O(vfio_devices)), C(throttling), C(pcie_link), C(ecc) (errors, retired pages, remapped rows) and
-    C(nvml_cgroup) (the C(Failed to initialize NVML: Unknown Error) cause after C(systemctl daemon-reload))."
+    see O(vfio_devices)), C(throttling), C(pcie_link), C(ecc) (errors, retired pages, remapped rows),
+    C(nvml_cgroup) (the C(Failed to initialize NVML: Unknown Error) cause after C(systemctl daemon-reload)), C(xid)
+    (NVRM Xid lines in the kernel log since boot, with their meaning from NVIDIA's Xid catalog: a reset, bad-GPU or
+    NVLink Xid fails, a wearing-memory Xid warns, an application's Xid is reported; a kernel log it cannot read is a
+    warning, not a clean log), C(fabric_manager) (running on a host with NVSwitches) and C(nvlink) (every GPU has as
+    many active NVLinks as its peers, where NVML reports them)."
+  - "On the running system (O(root) V(/)) it runs C(journalctl -k -b) (else C(dmesg)), C(systemctl is-active
+    nvidia-fabricmanager.service) and C(dockerd --version): C(docker_runtime) accepts no nvidia runtime when Docker
+    28.2 or later enables CDI by default. Under another O(root) these are unknown."
   - The module changes nothing. It does not fail when a check fails; read RV(status) or RV(checks).
 author:
   - gpuhost.nvidia developers (@gpuhost)
@@ -156,7 +163,7 @@ counts:
   description: How many checks ended in each status.
   returned: always
   type: dict
-  sample: {ok: 13, warn: 1, fail: 1}
+  sample: {ok: 16, warn: 2, fail: 1}
 checks:
   description: The checks, in a fixed order.
   returned: always
@@ -257,7 +264,14 @@ def main() -> None:
     if "gpus" not in facts or "driver" not in facts or not isinstance(facts["gpus"], list) or not isinstance(facts["driver"], dict):
         module.fail_json(msg="facts must be ansible_facts.nvidia_gpu from gpuhost.nvidia.nvidia_gpu_facts (no 'gpus'/'driver' keys)")
     settings = {k: params[k] for k in _doctor.DEFAULTS}
-    host = _doctor.read_host(facts, settings, root=params["root"])
+    commands = None
+    if params["root"] == "/":
+        commands = _doctor.read_commands(
+            lambda argv: module.run_command(argv, environ_update={"LC_ALL": "C", "LANGUAGE": "C"}),  # type: ignore[misc]
+            module.get_bin_path)
+    else:
+        commands = _doctor.unread_commands("the doctor reads the host tree under %s, not a running system" % params["root"])
+    host = _doctor.read_host(facts, settings, root=params["root"], commands=commands)
     checks = _doctor.run_checks(facts, host, settings, skip=params["skip"])
     result = _doctor.summary(checks)
     hostname = socket.gethostname()

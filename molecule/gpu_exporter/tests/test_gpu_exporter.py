@@ -21,6 +21,7 @@ SCENARIO = Path(__file__).resolve().parents[1]
 DASHBOARDS = SCENARIO.parents[1] / "roles" / "gpu_exporter" / "files" / "dashboards"
 EPHEMERAL = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/nonexistent"))
 FILE_SD = EPHEMERAL / "prometheus" / "gpu_exporters.json"
+RULES = EPHEMERAL / "prometheus" / "gpuhost-gpu.rules.yml"
 GPUS = {"dcgm": 2, "nvgpu": 1}
 KIND = {"dcgm": ("dcgm", 9400), "nvgpu": ("nvidia_gpu_exporter", 9835)}
 
@@ -45,7 +46,7 @@ def test_unit_enabled_running_and_hardened(host, gpuhost_instance):
         assert props["DeviceAllow"] == ""
         assert host.service("nvidia-dcgm.service").is_enabled and host.service("nvidia-dcgm.service").is_running
         assert host.package("datacenter-gpu-manager-4-core").version == "4.5.2-1"
-        assert host.package("datacenter-gpu-manager-4-cuda12").version == "4.5.2-1"
+        assert host.package("datacenter-gpu-manager-4-cuda13").version == "4.5.2-1"
         assert host.package("datacenter-gpu-manager-exporter").version == "4.8.2-1"
         assert host.file("/usr/share/gpuhost-stub/datacenter-gpu-manager-exporter/STUB").exists
         csv = host.file("/etc/gpuhost-gpu-exporter/dcgm-collectors.csv").content_string
@@ -84,13 +85,15 @@ def _query(base: str, expr: str) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def prometheus(tmp_path_factory):
-    """Debian's prometheus (bindep.txt) on the controller, loading the generated file_sd."""
+    """Debian's prometheus (bindep.txt) on the controller, loading the generated file_sd and the rules file
+    playbooks/exporter.yml wrote next to it."""
     binary = shutil.which("prometheus")
     if binary is None:
         pytest.fail("prometheus is not installed (bindep.txt; tests/deps/install.sh)")
     work = tmp_path_factory.mktemp("prometheus")
     (work / "prometheus.yml").write_text(
         "global: {scrape_interval: 1s, scrape_timeout: 1s, evaluation_interval: 1s}\n"
+        f"rule_files: ['{RULES}']\n"
         f"scrape_configs:\n  - job_name: gpu\n    file_sd_configs: [{{files: ['{FILE_SD}'], refresh_interval: 1s}}]\n",
         encoding="utf-8")
     port = _free_port()
@@ -113,6 +116,32 @@ def prometheus(tmp_path_factory):
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_the_alert_rules_evaluate_on_the_scraped_series_and_none_fires(prometheus):
+    """Prometheus loaded every rule of the written file, evaluates each without error on the stand-ins' series (an
+    expression that yields two series of the same labels would be an error here), and the healthy stand-ins fire
+    nothing: every GPU persistent, no Xid, nvidia-smi exiting 0."""
+    deadline = time.monotonic() + 30
+    while True:
+        with urllib.request.urlopen(f"{prometheus}/api/v1/rules", timeout=5) as resp:  # noqa: S310 - localhost
+            rules = [r for g in json.loads(resp.read())["data"]["groups"] for r in g["rules"]]
+        if rules and all(not r.get("lastEvaluation", "0001").startswith("0001") for r in rules):
+            break
+        assert time.monotonic() < deadline, rules
+        time.sleep(0.5)
+    assert len(rules) == len(re.findall(r"^      - alert: ", RULES.read_text(encoding="utf-8"), re.M)) >= 15
+    assert [(r["name"], r.get("lastError")) for r in rules if r["health"] != "ok"] == []
+    # A rule evaluated before the first scrape may go pending (GpuExporterTargetsAbsent: no up series yet); the next
+    # evaluations (every second) clear it. Nothing may stay.
+    deadline = time.monotonic() + 20
+    while True:
+        with urllib.request.urlopen(f"{prometheus}/api/v1/alerts", timeout=5) as resp:  # noqa: S310 - localhost
+            alerts = json.loads(resp.read())["data"]["alerts"]
+        if not alerts:
+            break
+        assert time.monotonic() < deadline, alerts
+        time.sleep(0.5)
 
 
 def test_prometheus_has_one_series_per_gpu_per_host(prometheus):

@@ -22,7 +22,7 @@ PROJECT = Path(os.environ.get("MOLECULE_PROJECT_DIRECTORY", Path(__file__).resol
 ROLE = "gpu_exporter"
 UNIT = "gpuhost-gpu-exporter.service"
 UNIT_FILE = f"/etc/systemd/system/{UNIT}"
-DCGM_PACKAGE = "datacenter-gpu-manager-4-cuda12"
+DCGM_PACKAGE = "datacenter-gpu-manager-4-cuda13"
 BINARY = "/usr/local/bin/nvidia_gpu_exporter"
 
 

@@ -34,5 +34,5 @@ def test_state_absent_removes_the_exporter_and_predicts_it(host, gpuhost_instanc
     assert not host.file("/usr/local/bin/nvidia_gpu_exporter").exists
     assert host.run("systemctl is-active gpuhost-gpu-exporter.service").stdout.strip() != "active"
     if gpuhost_instance.endswith("-dcgm"):
-        for package in ("datacenter-gpu-manager-4-core", "datacenter-gpu-manager-4-cuda12", "datacenter-gpu-manager-exporter"):
+        for package in ("datacenter-gpu-manager-4-core", "datacenter-gpu-manager-4-cuda13", "datacenter-gpu-manager-exporter"):
             assert not host.package(package).is_installed, package

@@ -106,6 +106,7 @@ GOOD: dict[str, tuple[list[t.Any], dict[str, t.Any]]] = {
     "gpu_fleet_report": ([[{"host": "gpu1", "status": "ok", "facts": FACTS}], "2026-11-28T00:00:00Z", "data", "GPU fleet report",
                           ["gpu1"]], {}),
     "gpu_exporter_file_sd": ([[{"host": "gpu1", "address": "10.0.0.1", "port": 9400, "kind": "dcgm", "facts": FACTS}]], {}),
+    "gpu_exporter_plan": (["auto", False, "Debian", FACTS, None, "580"], {}),
     "gpu_settings_spec_errors": ([{"persistence_mode": True, "power_limit_w": 300}], {}),
     "gpu_settings_idle_result": ([FACTS], {}),
     "nvidia_container_toolkit_errors": ([{"version": "1.17.8", "mode": "cdi"}], {}),

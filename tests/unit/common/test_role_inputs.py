@@ -216,7 +216,8 @@ BATTERY = {
     ("gpu_exporter", "gpu_exporter_dcgm_version"): ["4.5.2 -1", "4.5.2-1\n", "latest", "4.5.2;x", "", "-4.5", "4.5.2-1 datacenter-x"],
     ("gpu_exporter", "gpu_exporter_dcgm_exporter_version"): ["*", "4.8.2-1=", "4.8.2-1 x", "4.8.2-1\n"],
     ("gpu_exporter", "gpu_exporter_dcgm_cuda_major"): [0, -1, 100, "12 ", "12\n", "12;x", "twelve", True, 12.0],
-    ("gpu_exporter", "gpu_exporter_dcgm_repo_key_fingerprint"): ["", "EB69", "EB693B3035CD5710E231E123A4B469963BF863CC\n", "X" * 40],
+    # Empty or null: nvidia_driver's fingerprint for the distribution.
+    ("gpu_exporter", "gpu_exporter_dcgm_repo_key_fingerprint"): ["EB69", "EB693B3035CD5710E231E123A4B469963BF863CC\n", "X" * 40],
     ("gpu_exporter", "gpu_exporter_nvidia_gpu_exporter_version"): ["1.3.1/../../x", "1", "v1.3.1", "1.3.1\n", "1.3.1 ", "latest"],
     ("gpu_exporter", "gpu_exporter_nvidia_gpu_exporter_url"): ["ftp://x/y", "https://x/y z", "https://x/\ny", "", "//x/y",
                                                                "javascript:alert(1)"],
@@ -226,7 +227,10 @@ BATTERY = {
         [{"field": "DCGM_FI_DEV_GPU_TEMP", "type": "gauge", "help": "a, b"}],
         [{"field": "DCGM_FI_DEV_GPU_TEMP\n", "type": "gauge", "help": "x"}],
         [{"field": "temp", "type": "gauge", "help": "x"}], [{"field": "DCGM_FI_DEV_GPU_TEMP", "type": "gauge, x", "help": "x"}],
-        [{"field": "DCGM_FI_DEV_GPU_TEMP", "type": "gauge"}], ["DCGM_FI_DEV_GPU_TEMP"]],
+        [{"field": "DCGM_FI_DEV_GPU_TEMP", "type": "gauge"}], ["DCGM_FI_DEV_GPU_TEMP"],
+        # the shape of a DCGM field, but no field the exporter knows (it would stop at start)
+        [{"field": "DCGM_FI_DEV_GPU_TEMPERATURE", "type": "gauge", "help": "x"}],
+        [{"field": "DCGM_EXP_XID_ERRORS_COUNTXXX", "type": "gauge", "help": "x"}]],
     ("nvidia_container_toolkit", "nvidia_container_toolkit_node_labels_file"): PATHS_BAD_OPTIONAL,
     ("nvidia_container_toolkit", "nvidia_container_toolkit_runtime_path"): PATHS_BAD,
     ("nvidia_container_toolkit", "nvidia_container_toolkit_docker_daemon_json"): PATHS_BAD,
@@ -355,3 +359,14 @@ def test_good_compose_services_pass():
                 {"path": "/srv/b", "strategy": "spread", "services": [{"name": "a", "count": 1}], "mode": 420},
                 {"path": "/srv/c", "services": [{"name": "a"}], "mode": "u=rw,g=r,o=r"}]
     assert r.role_errors("gpu_compose", _values("gpu_compose", gpu_compose_projects=projects)) == []
+
+
+def test_collectors_take_every_dcgm_field_the_exporter_knows():
+    """The default collectors, a legacy name and an exporter counter pass; dcgm-exporter's own test table of a name it
+    refuses (counter_config_test.go, "Invalid Input DCGM_EXP_XID_ERRORS_COUNTXXX") is refused here too."""
+    names = ("DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_PERSISTENCE_MODE", "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "DCGM_EXP_XID_ERRORS_COUNT")
+    rows = [{"field": f, "type": "gauge", "help": "x"} for f in names]
+    assert not [e for e in r.role_errors("gpu_exporter", {"gpu_exporter_dcgm_collectors": rows}) if "collectors" in e]
+    bad = [{"field": "DCGM_EXP_XID_ERRORS_COUNTXXX", "type": "gauge", "help": "x"}]
+    errors = r.role_errors("gpu_exporter", {"gpu_exporter_dcgm_collectors": bad})
+    assert any("is not a DCGM field dcgm-exporter 4.8.2 knows" in e for e in errors), errors

@@ -181,7 +181,7 @@ def load(name: str) -> dict[str, t.Any]:
 def dcgm_labels(collectors: list[dict[str, str]]) -> dict[str, set[str]]:
     """Metric -> its labels, for dcgm-exporter run with these collectors rows (the role's CSV)."""
     vocab = load("dcgm-exporter")
-    known = {**vocab["optional_metrics"], **vocab["metrics"]}
+    known = {**vocab["field_metrics"], **vocab["optional_metrics"], **vocab["metrics"]}
     label_fields = {**vocab["optional_label_fields"], **vocab["label_fields"]}
     extra = {row["field"] for row in collectors if row["type"] == "label"}
     unknown = {row["field"] for row in collectors} - set(known) - set(label_fields)

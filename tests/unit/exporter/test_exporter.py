@@ -73,12 +73,14 @@ def scrape(tmp_path: Path, stub: str, *args: str) -> str:
 
 def promtool_check(text: str) -> None:
     """Debian's promtool parses the exposition; only its naming lint may remain, about names the publishers use
-    (DCGM's camelCase labels, nvidia_gpu_exporter's nvidia_smi_count and ..._session_count)."""
+    (DCGM's camelCase labels, its counters without _total, DCGM_FI_DEV_PCIE_REPLAY_COUNTER, nvidia_gpu_exporter's nvidia_smi_count and
+    ..._session_count)."""
     promtool = shutil.which("promtool")
     if promtool is None:
         pytest.skip("tool missing: promtool (prometheus, bindep.txt; tests/deps/install.sh)")
     proc = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, check=False)
-    published_names = ("should be written in 'snake_case'", 'non-histogram and non-summary metrics should not have "_count" suffix')
+    published_names = ("should be written in 'snake_case'", 'non-histogram and non-summary metrics should not have "_count" suffix',
+                       'counter metrics should have "_total" suffix', "metric name should not include type 'counter'")
     problems = [line for line in (proc.stdout + proc.stderr).splitlines() if line and not any(p in line for p in published_names)]
     assert proc.returncode in (0, 3) and problems == [], proc.stdout + proc.stderr
 

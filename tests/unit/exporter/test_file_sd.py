@@ -230,22 +230,43 @@ def test_promtool_is_a_real_check(tmp_path):
 
 
 # --- playbooks/exporter.yml's file_sd play, run for real on the controller ------------------------------------------
-def file_sd_play(path: Path) -> dict[str, t.Any]:
+RULES = ROOT / "roles" / "gpu_exporter" / "files" / "alerts" / "gpuhost-gpu.rules.yml"
+
+
+def file_sd_play(path: Path, **variables: t.Any) -> dict[str, t.Any]:
     plays = yaml.safe_load((ROOT / "playbooks" / "exporter.yml").read_text(encoding="utf-8"))
     play = next(p for p in plays if "file_sd" in p["name"])
-    play["vars"]["gpuhost_file_sd_path"] = str(path)
+    # The play runs from a copy under tmp_path: the rules file is read from the repository, where playbook_dir points
+    # when the collection's playbook runs.
+    play["vars"].update(gpuhost_file_sd_path=str(path), __gpuhost_rules_src=str(RULES), **variables)
     return play
 
 
 def test_playbook_writes_a_file_promtool_accepts(local_play, tmp_path):
+    """The file_sd file, and with gpuhost_alert_rules the collection's rules next to it, both accepted by promtool."""
     path = tmp_path / "prometheus" / "gpu_exporters.json"
     hosts = {f"gpu-{i}": {"gpu_exporter_target": target(f"gpu-{i}", address, port)} for i, (address, port, _e) in enumerate(VALID[:6])}
     hosts["absent"] = {"gpu_exporter_target": {}}
     hosts["no-role"] = {}
-    local_play([file_sd_play(path)], check=False, hosts=hosts)
+    local_play([file_sd_play(path, gpuhost_alert_rules=True)], check=False, hosts=hosts)
     entries = json.loads(path.read_text(encoding="utf-8"))
     assert [e["labels"]["gpuhost_host"] for e in entries] == sorted(f"gpu-{i}" for i in range(6))
     promtool_check(tmp_path, entries)
+    rules = path.parent / "gpuhost-gpu.rules.yml"
+    assert rules.read_bytes() == RULES.read_bytes() and rules.stat().st_mode & 0o777 == 0o644
+    proc = subprocess.run([shutil.which("promtool") or "promtool", "check", "rules", str(rules)], capture_output=True, text=True,
+                          check=False, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_playbook_refuses_a_rules_path_outside_the_named_directory(local_play, tmp_path):
+    path = tmp_path / "prometheus" / "gpu_exporters.json"
+    bad = f"{tmp_path}/prometheus/../../etc/gpuhost.rules.yml"
+    hosts = {"gpu-good": {"gpu_exporter_target": target("gpu-good", "10.0.0.1", 9400)}}
+    results = local_play([file_sd_play(path, gpuhost_alert_rules_path=bad)], check=False, hosts=hosts)
+    check = results["gpu-good"]["Check the alert rules path"]
+    assert check["failed"] and f"gpuhost_alert_rules_path is \"{bad}\"" in check["msg"], check
+    assert not path.parent.exists(), "nothing written, not even the directory"
 
 
 def test_playbook_refuses_a_bad_target_by_host_and_writes_nothing(local_play, tmp_path):

@@ -1,0 +1,140 @@
+# Copyright (c) gpuhost.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""gpu_exporter's plan: which exporter on which family, and the DCGM package's CUDA major from the driver."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ansible.errors import AnsibleFilterError
+from ansible_collections.gpuhost.nvidia.plugins.filter.report import gpu_exporter_plan
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _exporter
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "driver"))
+import test_driver_vars  # noqa: E402  pylint: disable=wrong-import-position,import-error
+
+ROLE = Path(__file__).resolve().parents[3] / "roles" / "gpu_exporter"
+
+
+def facts(cuda: str | None = None, branch: str | None = None) -> dict:
+    return {"present": True, "state": "ok", "driver": {"version": None, "branch": branch, "cuda_version": cuda}, "gpus": []}
+
+
+@pytest.mark.parametrize("request_, given, branch, major, source", [
+    (None, facts("13.0", "580"), None, 13, "the driver's CUDA 13.0 (facts)"),
+    (None, facts("12.4", "550"), "580", 12, "the driver's CUDA 12.4 (facts)"),
+    (None, facts(None, "580"), None, 13, "the facts' driver branch 580 (CUDA 13.0)"),
+    (None, facts(None, "535"), None, 12, "the facts' driver branch 535 (CUDA 12.2)"),
+    (None, facts(), "580", 13, "nvidia_driver_branch 580 (CUDA 13.0)"),
+    (None, facts(), "580.95.05", 13, "nvidia_driver_branch 580.95.05 (CUDA 13.0)"),
+    (None, None, "550", 12, "nvidia_driver_branch 550 (CUDA 12.4)"),
+    (12, facts("13.0"), None, 12, "gpu_exporter_dcgm_cuda_major"),
+    ("13", None, None, 13, "gpu_exporter_dcgm_cuda_major"),
+])
+def test_the_dcgm_cuda_major_follows_the_driver(request_, given, branch, major, source):
+    assert _exporter.dcgm_cuda_major(request_, given, branch) == (major, source)
+
+
+@pytest.mark.parametrize("given, branch", [(None, None), (facts(), ""), (facts(None, "unknown"), "auto"), ({"driver": "x"}, None)])
+def test_nothing_tells_the_cuda_major_and_the_plan_says_what_to_set(given, branch):
+    major, why = _exporter.dcgm_cuda_major(None, given, branch)
+    assert major is None and "gpu_exporter_dcgm_cuda_major" in why
+    with pytest.raises(AnsibleFilterError, match="set gpu_exporter_dcgm_cuda_major"):
+        gpu_exporter_plan("dcgm", False, "Debian", given, None, branch)
+
+
+@pytest.mark.parametrize("kind, consumer, family, chosen, note", [
+    ("auto", False, "Debian", "dcgm", "DCGM for CUDA 13 (datacenter-gpu-manager-4-cuda13), from the driver's CUDA 13.0 (facts)"),
+    ("auto", True, "Debian", "nvidia_gpu_exporter", None),
+    ("auto", False, "Archlinux", "nvidia_gpu_exporter", "nvidia_gpu_exporter instead of DCGM on Archlinux: NVIDIA publishes no DCGM"),
+    ("auto", False, "RedHat", "nvidia_gpu_exporter", "nvidia_gpu_exporter instead of DCGM on RedHat: NVIDIA publishes DCGM in the CUDA"),
+    ("nvidia_gpu_exporter", False, "Archlinux", "nvidia_gpu_exporter", None),
+    ("dcgm", True, "Debian", "dcgm", "DCGM for CUDA 13"),
+])
+def test_the_exporter_for_each_family(kind, consumer, family, chosen, note):
+    result = gpu_exporter_plan(kind, consumer, family, facts("13.0"))
+    assert result["kind"] == chosen and result["errors"] == []
+    assert (result["cuda_major"] == 13) is (chosen == "dcgm")
+    if note is None:
+        assert result["notes"] == []
+    else:
+        assert len(result["notes"]) == 1 and result["notes"][0].startswith(note), result["notes"]
+
+
+@pytest.mark.parametrize("family, why", [("Archlinux", "NVIDIA publishes no DCGM for Arch Linux"),
+                                         ("RedHat", "this role installs it with apt only so far"),
+                                         ("Suse", "os_family Suse")])
+def test_dcgm_asked_on_a_family_without_it_is_refused(family, why):
+    with pytest.raises(AnsibleFilterError, match="gpu_exporter_kind is dcgm, but .*%s.*use gpu_exporter_kind: nvidia_gpu_exporter" % why):
+        gpu_exporter_plan("dcgm", False, family, facts("13.0"))
+
+
+@pytest.mark.parametrize("args, message", [
+    (("dcmg", False, "Debian"), "gpu_exporter_kind must be one of"),
+    (("auto", "no", "Debian"), "consumer_only must be true or false"),
+    (("auto", False, ""), "os_family must be"),
+    (("auto", False, "Debian", ["x"]), "facts must be ansible_facts.nvidia_gpu"),
+    (("dcgm", False, "Debian", None, "13; rm -rf /"), "gpu_exporter_dcgm_cuda_major must be a CUDA major"),
+    (("dcgm", False, "Debian", None, True), "gpu_exporter_dcgm_cuda_major must be a CUDA major"),
+    (("dcgm", False, "Debian", None, 0), "gpu_exporter_dcgm_cuda_major must be a CUDA major"),
+])
+def test_hostile_arguments_are_refused_by_name(args, message):
+    with pytest.raises(AnsibleFilterError, match=message):
+        gpu_exporter_plan(*args)
+
+
+# --- the CUDA repository key comes from nvidia_driver's per-distribution vars ------------------------------------
+
+@pytest.mark.parametrize("name, fingerprint", [
+    ("debian12", "EB693B3035CD5710E231E123A4B469963BF863CC"),
+    ("ubuntu2404", "EB693B3035CD5710E231E123A4B469963BF863CC"),
+    ("debian13", "02182E60104FCDC26EAE1B8597A5D4CB8793F200"),
+])
+def test_the_dcgm_key_is_the_drivers_for_the_distribution(name, fingerprint):
+    """gpu_exporter pins no fingerprint of its own: dcgm.yml loads nvidia_driver's set_vars.yml and checks the keyring
+    against the fingerprint that role pins for the host's distribution (Debian 13: 8793F200, not debian12's)."""
+    assert test_driver_vars.Host(name).repo("nvidia")["key_fingerprint"] == fingerprint
+    tasks = yaml.safe_load((ROLE / "tasks" / "dcgm.yml").read_text(encoding="utf-8"))
+    load, check = tasks[0], tasks[1]
+    assert load["ansible.builtin.include_role"] == {"name": "gpuhost.nvidia.nvidia_driver", "tasks_from": "set_vars.yml"}
+    assert "__nvidia_driver_repo_defaults.nvidia.key_fingerprint" in check["gpuhost.nvidia.repository_key"]["fingerprint"]
+    assert yaml.safe_load((ROLE / "defaults" / "main.yml").read_text(encoding="utf-8"))["gpu_exporter_dcgm_repo_key_fingerprint"] is None
+
+
+def test_every_field_of_the_vocabulary_and_the_defaults_is_a_known_dcgm_field():
+    """The collectors check (module_utils/_dcgm_fields.py, go-dcgm's maps) knows every field dcgm-exporter's default
+    counters name, commented rows and label rows included, and every default collector."""
+    from ansible_collections.gpuhost.nvidia.plugins.module_utils import _dcgm_fields  # pylint: disable=import-outside-toplevel
+    vocab = yaml.safe_load((ROLE.parents[1] / "tests" / "repos" / "vocabulary" / "dcgm-exporter.json").read_text(encoding="utf-8"))
+    published = set(vocab["metrics"]) | set(vocab["optional_metrics"]) | set(vocab["field_metrics"]) | set(vocab["label_fields"]) \
+        | set(vocab["optional_label_fields"])
+    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text(encoding="utf-8"))["gpu_exporter_dcgm_collectors"]
+    assert published - _dcgm_fields.KNOWN == set()
+    assert {row["field"] for row in defaults} <= _dcgm_fields.KNOWN
+    assert len(_dcgm_fields.DCGM_FIELDS) > 600 and "DCGM_FI_DEV_GPU_TEMPERATURE" not in _dcgm_fields.KNOWN
+
+
+def test_the_key_task_resolves_the_drivers_fingerprint_on_this_controller(local_play):
+    """dcgm.yml's two key tasks, run in check mode on the controller (Debian 12 in CI) with the check swapped for a
+    debug of its argument: nvidia_driver's set_vars.yml loads, and the fingerprint is that role's for the distribution;
+    a fingerprint the user sets wins, and then nvidia_driver's vars are not loaded at all."""
+    load, check = yaml.safe_load((ROLE / "tasks" / "dcgm.yml").read_text(encoding="utf-8"))[:2]
+    show = {"name": "Show the fingerprint", "ansible.builtin.debug": {"msg": check["gpuhost.nvidia.repository_key"]["fingerprint"]}}
+    release = dict(part.split("=", 1) for part in Path("/etc/os-release").read_text(encoding="utf-8").split() if "=" in part)
+    expected = test_driver_vars.Host({"12": "debian12", "13": "debian13"}.get(release.get("VERSION_ID", "").strip('"'), "debian12"))
+    if release.get("ID") != "debian":
+        pytest.skip("the controller is not Debian: the expected fingerprint is Debian's")
+    results = local_play([{"hosts": "localhost", "gather_facts": True, "gather_subset": ["min"],
+                           "vars": {"gpu_exporter_dcgm_repo_key_fingerprint": None}, "tasks": [load, show]}])
+    assert results["Show the fingerprint"]["msg"] == expected.repo("nvidia")["key_fingerprint"]
+    results = local_play([{"hosts": "localhost", "gather_facts": True, "gather_subset": ["min"],
+                           "vars": {"gpu_exporter_dcgm_repo_key_fingerprint": "AE09FE4BBD223A84B2CCFCE3F60F4B3D7FA2AF80"},
+                           "tasks": [load, show]}])
+    assert results["Show the fingerprint"]["msg"] == "AE09FE4BBD223A84B2CCFCE3F60F4B3D7FA2AF80"
+    assert results["Load nvidia_driver's per-distribution repository variables (the CUDA repository key)"].get("skipped")
