@@ -19,7 +19,7 @@ import os
 import re
 import typing as t
 
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _catalog, _files, _kernels, _pci, _runtime
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _catalog, _files, _kernels, _pci, _runtime, _toolkit
 from ansible_collections.gpuhost.nvidia.plugins.module_utils._common import version_tuple
 
 try:
@@ -54,6 +54,7 @@ DEFAULTS: dict[str, t.Any] = {
     "vfio_devices": [],
     "ecc_corrected_warn": 100,
     "compose_files": [],
+    "toolkit_version": None,
 }
 
 
@@ -178,6 +179,54 @@ def read_host(facts: dict[str, t.Any], params: dict[str, t.Any], root: str = "/"
         "cgroup_v2": os.path.isfile(_join(root, "/sys/fs/cgroup/cgroup.controllers")),
         # Facts gathered before the key existed carry no kernels: read them here, under the same root.
         "kernels": facts.get("kernels") if isinstance(facts.get("kernels"), dict) else _kernels.installed_kernels(root, release),
+        **read_toolkit_host(root),
+    }
+
+
+# The toolkit's packages, newest layer first: the version of the first one installed is the toolkit's.
+TOOLKIT_PACKAGES = ("nvidia-container-toolkit-base", "nvidia-container-toolkit", "libnvidia-container-tools", "libnvidia-container1")
+TOOLKIT_BINARIES = ("/usr/bin/nvidia-ctk", "/usr/bin/nvidia-container-runtime", "/usr/bin/nvidia-container-cli")
+
+
+def dpkg_installed(text: str | None, names: t.Iterable[str]) -> dict[str, str]:
+    """{package: version} for the ``names`` that dpkg's status file marks installed."""
+    wanted = set(names)
+    found: dict[str, str] = {}
+    for paragraph in re.split(r"\n\s*\n", text or ""):
+        fields = dict(re.findall(r"^([A-Za-z-]+):[ \t]*(.*)$", paragraph, re.MULTILINE))
+        if fields.get("Package") in wanted and fields.get("Status", "").endswith(" installed") and fields.get("Version"):
+            found[fields["Package"]] = fields["Version"]
+    return found
+
+
+def pacman_installed(root: str, names: t.Iterable[str]) -> dict[str, str]:
+    """{package: version} from pacman's local database (/var/lib/pacman/local/<name>-<version>-<rel>/desc)."""
+    local = _join(root, "/var/lib/pacman/local")
+    found: dict[str, str] = {}
+    if not os.path.isdir(local):
+        return found
+    for entry in sorted(os.listdir(local)):
+        desc = _read_text(os.path.join(local, entry, "desc")) or ""
+        match = re.search(r"^%NAME%\n(.+)\n(?:.*\n)*?%VERSION%\n(.+)$", desc, re.MULTILINE)
+        if match and match.group(1) in names:
+            found[match.group(1)] = match.group(2)
+    return found
+
+
+def read_toolkit_host(root: str) -> dict[str, t.Any]:
+    """The installed toolkit version (dpkg's status file, else pacman's local database; None when neither lists it)
+    and whether a toolkit binary is there at all (an rpm host, a tarball install: installed, version unknown)."""
+    packages = dpkg_installed(_read_text(_join(root, "/var/lib/dpkg/status")), TOOLKIT_PACKAGES)
+    source = "dpkg"
+    if not packages:
+        packages, source = pacman_installed(root, TOOLKIT_PACKAGES), "pacman"
+    version = next((packages[name] for name in TOOLKIT_PACKAGES if name in packages), None)
+    return {
+        "toolkit": {
+            "version": version,
+            "source": source if version else None,
+            "binaries": [b for b in TOOLKIT_BINARIES if os.path.exists(_join(root, b))],
+        },
     }
 
 
@@ -635,6 +684,36 @@ def check_nvml_cgroup(facts: dict[str, t.Any], host: dict[str, t.Any], params: d
     return check("nvml_cgroup", title, OK, why)
 
 
+def check_toolkit_cves(facts: dict[str, t.Any], host: dict[str, t.Any], params: dict[str, t.Any]) -> dict[str, str]:
+    """The installed NVIDIA Container Toolkit against the releases that fixed its container escapes
+    (_toolkit.SECURITY_FIXES). A toolkit whose version cannot be read is a warning, not a pass."""
+    title = "NVIDIA Container Toolkit has the container-escape fixes (%s+)" % _toolkit.SECURE_MIN_VERSION
+    toolkit = host.get("toolkit") or {}
+    version = params.get("toolkit_version") or toolkit.get("version")
+    upgrade = ("Upgrade the toolkit to %s or newer (gpuhost.nvidia.nvidia_container_toolkit with nvidia_container_toolkit_version, "
+               "or your package manager); until then run only trusted images" % _toolkit.SECURE_MIN_VERSION)
+    if not version:
+        if toolkit.get("binaries"):
+            return check("toolkit_cves", title, WARN,
+                         "%s present but no package database this check reads (dpkg, pacman) lists the toolkit: version unknown"
+                         % ", ".join(toolkit["binaries"]),
+                         "Give the doctor the version (toolkit_version, e.g. from `nvidia-ctk --version`), or check it is %s or newer"
+                         % _toolkit.SECURE_MIN_VERSION)
+        return check("toolkit_cves", title, OK, "no NVIDIA Container Toolkit installed")
+    if not _toolkit.version_tuple(version):
+        return check("toolkit_cves", title, WARN, "toolkit version %r cannot be read as a version" % version, upgrade)
+    missing = _toolkit.open_cves(version)
+    where = " (%s)" % toolkit["source"] if toolkit.get("source") and not params.get("toolkit_version") else ""
+    if missing:
+        fixed = dict(_toolkit.SECURITY_FIXES)
+        return check("toolkit_cves", title, FAIL,
+                     "toolkit %s%s lacks the fixes of %s" % (_toolkit.upstream(version), where,
+                                                             ", ".join("%s (fixed in %s)" % (c, fixed[c]) for c in missing)),
+                     upgrade)
+    return check("toolkit_cves", title, OK, "toolkit %s%s has the fixes of %s"
+                 % (_toolkit.upstream(version), where, ", ".join(c for c, _f in _toolkit.SECURITY_FIXES)))
+
+
 CHECKS: tuple[t.Callable[..., dict[str, str]], ...] = (
     check_driver_loaded,
     check_driver_flavour,
@@ -652,10 +731,12 @@ CHECKS: tuple[t.Callable[..., dict[str, str]], ...] = (
     check_pcie_link,
     check_ecc,
     check_nvml_cgroup,
+    check_toolkit_cves,
 )
 CHECK_IDS = (
     "driver_loaded", "driver_flavour", "nouveau", "cuda_version", "boot_kernel", "secure_boot", "device_nodes", "docker_runtime",
     "containerd_runtime", "cdi_spec", "persistence", "bindings", "throttling", "pcie_link", "ecc", "nvml_cgroup",
+    "toolkit_cves",
 )
 
 

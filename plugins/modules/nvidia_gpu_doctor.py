@@ -28,6 +28,9 @@ description:
     running driver, newer than the driver library, not duplicated), C(persistence), C(bindings) (nvidia vs vfio-pci,
     see O(vfio_devices)), C(throttling), C(pcie_link), C(ecc) (errors, retired pages, remapped rows) and
     C(nvml_cgroup) (the C(Failed to initialize NVML: Unknown Error) cause after C(systemctl daemon-reload))."
+  - "The container toolkit checks: C(toolkit_cves) (the installed toolkit, from dpkg's status file, pacman's local
+    database or O(toolkit_version), against the releases that fixed CVE-2024-0132 (1.16.2), CVE-2025-23359 (1.17.4)
+    and CVE-2025-23266 (1.17.8); a toolkit binary whose version cannot be read is a warning)."
   - The module changes nothing. It does not fail when a check fails; read RV(status) or RV(checks).
 author:
   - gpuhost.nvidia developers (@gpuhost)
@@ -74,6 +77,12 @@ options:
     type: list
     elements: path
     default: [/etc/cdi, /var/run/cdi]
+  toolkit_version:
+    description:
+      - The installed NVIDIA Container Toolkit version, for hosts whose package database the C(toolkit_cves) check
+        does not read (rpm), for example the output of C(nvidia-ctk --version). Unset, dpkg's status file and
+        pacman's local database under O(root) are read.
+    type: str
   compose_files:
     description:
       - Compose files (such as the override M(gpuhost.nvidia.gpu_compose_override) writes) whose GPU and MIG UUIDs
@@ -201,6 +210,7 @@ markdown:
   sample: "# GPU doctor: gpu01\n\n| status | check | evidence | fix |\n..."
 """
 
+import re
 import socket
 import typing as t
 
@@ -220,6 +230,8 @@ RULES: dict[str, _validate.Rule] = {
     "ecc_corrected_warn": _validate.Integer(0, 2 ** 31, "a count of ECC errors"),
     "skip": _validate.ListOf(_validate.Text(max_length=64, what="a check id")),
     "root": _validate.Path(directory=True),
+    "toolkit_version": _validate.Text(pattern=re.compile(r"^[0-9][0-9A-Za-z.+~:-]{0,63}$"), max_length=64,
+                                      what="a toolkit version such as 1.17.8"),
 }
 
 
@@ -239,6 +251,7 @@ def main() -> None:
             ecc_corrected_warn=dict(type="int", default=_doctor.DEFAULTS["ecc_corrected_warn"]),
             skip=dict(type="list", elements="str", default=[]),
             root=dict(type="path", default="/"),
+            toolkit_version=dict(type="str"),
         ),
         supports_check_mode=True,
     )
