@@ -22,7 +22,7 @@ import copy
 import re
 import typing as t
 
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _runtime
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _runtime, _toolkit
 
 DEFAULT_PATH = "/etc/nvidia-container-runtime/config.toml"
 # nvidia-container-runtime.mode: the modes the runtime's modifier factory accepts, and auto (resolved per platform;
@@ -46,6 +46,22 @@ KEYS: dict[str, tuple[str, str]] = {
     "no_cgroups": ("nvidia-container-cli", "no-cgroups"),
 }
 HEADER = "# gpuhost.nvidia manages the keys it sets here (nvidia_container_toolkit_config); the rest is yours.\n"
+
+
+# The first release whose config has the switch that turns off the enable-cuda-compat hook (commit aff9301f, v1.17.5).
+COMPAT_HOOK_SWITCH_SINCE = "1.17.5"
+
+
+def mitigations(toolkit_version: str | None) -> dict[str, bool]:
+    """The feature flags that mitigate what ``toolkit_version`` still lacks: disable-cuda-compat-lib-hook for a release
+    from 1.17.5 without the CVE-2025-23266 fix (1.17.8). {} for a fixed, unknown or older release (before 1.17.5 the
+    hook ran only in CDI mode and the switch does not exist)."""
+    if not toolkit_version or not _toolkit.version_tuple(toolkit_version):
+        return {}
+    if "CVE-2025-23266" in _toolkit.open_cves(toolkit_version) and \
+            _toolkit.version_tuple(toolkit_version) >= _toolkit.version_tuple(COMPAT_HOOK_SWITCH_SINCE):
+        return {"disable-cuda-compat-lib-hook": True}
+    return {}
 
 
 class ToolkitConfigError(Exception):
@@ -75,6 +91,22 @@ def request_errors(settings: t.Mapping[str, t.Any]) -> list[str]:
                     errors.append("features: %r is not a toolkit feature flag; choose from %s" % (flag, ", ".join(FEATURES)))
                 elif not isinstance(value, bool):
                     errors.append("features.%s must be true or false, not %r" % (flag, value))
+    return errors
+
+
+def role_settings_errors(settings: t.Any) -> list[str]:
+    """The role's nvidia_container_toolkit_settings (the module's option names: runtime_mode for mode) checked as the
+    module checks them, each error naming the variable."""
+    if settings in (None, ""):
+        return []
+    if not isinstance(settings, dict):
+        return ["nvidia_container_toolkit_settings must be a mapping, not %r" % (settings,)]
+    names = ["runtime_mode"] + [k for k in KEYS if k != "mode"] + ["features"]
+    errors = ["nvidia_container_toolkit_settings: %s is not a toolkit setting; choose from %s" % (k, ", ".join(names))
+              for k in sorted(set(settings) - set(names))]
+    known = {("mode" if k == "runtime_mode" else k): v for k, v in settings.items() if k in names}
+    for error in request_errors(known):
+        errors.append("nvidia_container_toolkit_settings: " + ("runtime_" + error if error.startswith("mode ") else error))
     return errors
 
 

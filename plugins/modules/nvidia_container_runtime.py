@@ -53,8 +53,8 @@ description:
     plugin names (which only version 1 understands), gets the drop-in and the import, as C(nvidia-ctk)'s
     C(EnsureImports) does; its drop-in has version 2 unless O(config_version) says otherwise.
   - An import that already names the drop-in directory, however it is spelt (C(conf.d/*.toml) relative to the main
-    config, C(/etc/containerd//conf.d/*.toml)), counts as present: containerd resolves both to the same glob, so no
-    second import is added.
+    config, C(/etc/containerd//conf.d/*.toml)), counts as present, because containerd resolves both to the same glob;
+    no second import is added.
   - For V(crio), the drop-in directory is the one the installed CRI-O reads. It is the default of the C(--config-dir)
     flag that C(crio --help) prints; without a C(crio) binary it is CRI-O's built-in default C(/etc/crio/crio.conf.d).
     C(nvidia-ctk) writes C(/etc/crio/conf.d/99-nvidia.toml), a directory CRI-O reads only when it is started with

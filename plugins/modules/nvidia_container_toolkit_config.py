@@ -52,8 +52,9 @@ options:
     default: present
   runtime_mode:
     description:
-      - C(nvidia-container-runtime.mode) (not called C(mode), which is the file mode of Ansible's file options). V(auto) lets the runtime choose (V(jit-cdi) on NVML platforms from toolkit
-        1.18); V(legacy) uses the C(nvidia-container-runtime-hook); V(cdi) injects devices from CDI specs only;
+      - C(nvidia-container-runtime.mode) (not called C(mode), the name of a file's permissions in Ansible).
+        V(auto) lets the runtime choose (V(jit-cdi) on NVML platforms from toolkit 1.18); V(legacy) uses the
+        C(nvidia-container-runtime-hook); V(cdi) injects devices from CDI specs only;
         V(csv) is for Tegra; V(jit-cdi) (1.18+) generates a CDI spec per container.
     type: str
     choices: [auto, legacy, cdi, csv, jit-cdi]
@@ -77,6 +78,12 @@ options:
       - C(disable-cuda-compat-lib-hook=true) is NVIDIA's mitigation of CVE-2025-23266 for toolkits 1.17.5 to 1.17.7
         (1.17.8 fixes it); it turns off the CUDA forward-compatibility hook.
     type: dict
+  toolkit_version:
+    description:
+      - The installed toolkit version. A release from 1.17.5 without the fix of CVE-2025-23266 (1.17.8) gets
+        C(features.disable-cuda-compat-lib-hook = true), NVIDIA's mitigation, unless O(features) sets that flag itself.
+      - Unset, nothing is added.
+    type: str
   record:
     description: A JSON file recording the original text and the managed keys, for O(state=absent).
     type: path
@@ -125,6 +132,7 @@ backup_file:
 """
 
 import os
+import re
 import typing as t
 
 from ansible.module_utils.basic import AnsibleModule
@@ -133,7 +141,12 @@ from ansible.module_utils.common.text.converters import to_bytes, to_text
 from ansible_collections.gpuhost.nvidia.plugins.module_utils import _files, _runtime, _toolkit_config, _validate
 
 DEFAULT_RECORD = _files.STATE_DIR + "/nvidia_container_toolkit_config.json"
-RULES: dict[str, _validate.Rule] = {"path": _validate.Path(), "record": _validate.Path()}
+RULES: dict[str, _validate.Rule] = {
+    "path": _validate.Path(),
+    "record": _validate.Path(),
+    "toolkit_version": _validate.Text(pattern=re.compile(r"^[0-9][0-9A-Za-z.+~:-]{0,63}$"), max_length=64,
+                                      what="a toolkit version such as 1.17.8"),
+}
 
 
 def read_text(module: AnsibleModule, path: str) -> str | None:
@@ -160,6 +173,9 @@ def plan(params: dict[str, t.Any], text: str | None, record: dict[str, t.Any]) -
                                        "features") if params[k] is not None}
     if params["runtime_mode"] is not None:
         settings["mode"] = params["runtime_mode"]
+    mitigation = _toolkit_config.mitigations(params["toolkit_version"])
+    if mitigation:
+        settings["features"] = {**mitigation, **(settings.get("features") or {})}
     new = _toolkit_config.merge(text, settings, path)
     new_record = dict(record)
     managed = sorted({tuple(m) for m in (entry or {}).get("managed", [])} | {tuple(m) for m in _toolkit_config.owned_keys(settings)})
@@ -182,6 +198,7 @@ def main() -> None:
             features=dict(type="dict"),
             record=dict(type="path", default=DEFAULT_RECORD),
             backup=dict(type="bool", default=True),
+            toolkit_version=dict(type="str"),
         ),
         supports_check_mode=True,
     )

@@ -74,7 +74,7 @@ def test_merge_changes_only_the_asked_lines():
     assert "#accept-nvidia-visible-devices-envvar-when-unprivileged = true\naccept-nvidia-visible-devices-envvar-when-unprivileged = false\n" in out
     assert "#no-cgroups = false\nno-cgroups = true\n" in out
     assert 'log-level = "info"\nmode = "cdi"\n' in out
-    assert out.startswith(DEFAULT.replace('mode = "auto"', 'mode = "cdi"').split("#accept-nvidia-visible-devices-envvar")[0])
+    assert out.startswith(DEFAULT.replace('mode = "auto"', 'mode = "cdi"').split("#accept-nvidia-visible-devices-envvar", maxsplit=1)[0])
     removed = [line for line in DEFAULT.splitlines() if line not in out.splitlines()]
     assert removed == ['mode = "auto"']
     assert out.endswith('[nvidia-ctk]\npath = "nvidia-ctk"\n\n[features]\ndisable-cuda-compat-lib-hook = true\n'
@@ -175,3 +175,42 @@ def test_module_refuses_a_bad_flag_before_reading(run_module, tmp_path):
                                                           "features": {"no-such-flag": True}})
     assert result["failed"]
     assert "'no-such-flag' is not a toolkit feature flag" in result["msg"]
+
+
+@pytest.mark.parametrize("version, expected", [
+    ("1.17.4", {}),  # no switch yet; the hook ran only in CDI mode (the CVE record)
+    ("1.17.5-1", {"disable-cuda-compat-lib-hook": True}),
+    ("1.17.7", {"disable-cuda-compat-lib-hook": True}),
+    ("1.17.8", {}),
+    ("1.20.0", {}),
+    ("", {}),
+    (None, {}),
+])
+def test_cve_2025_23266_mitigation(version, expected):
+    assert _toolkit_config.mitigations(version) == expected
+
+
+def test_module_applies_the_mitigation_unless_the_user_set_the_flag(run_module, tmp_path):
+    path = tmp_path / "config.toml"
+    path.write_text(DEFAULT)
+    args = {"path": str(path), "record": str(tmp_path / "record.json"), "backup": False, "toolkit_version": "1.17.7"}
+    assert run_module(nvidia_container_toolkit_config, args)["changed"]
+    assert tomllib.loads(path.read_text())["features"] == {"disable-cuda-compat-lib-hook": True}
+    args["features"] = {"disable-cuda-compat-lib-hook": False}
+    run_module(nvidia_container_toolkit_config, args)
+    assert tomllib.loads(path.read_text())["features"] == {"disable-cuda-compat-lib-hook": False}
+    args = {"path": str(path), "record": str(tmp_path / "record.json"), "state": "absent", "backup": False}
+    run_module(nvidia_container_toolkit_config, args)
+    assert path.read_text() == DEFAULT
+
+
+def test_the_role_variable_is_checked_with_its_own_names():
+    assert _toolkit_config.role_settings_errors({}) == []
+    assert _toolkit_config.role_settings_errors({"runtime_mode": "cdi", "no_cgroups": True}) == []
+    assert _toolkit_config.role_settings_errors({"runtime_mode": "gpu", "mode": "cdi"}) == [
+        "nvidia_container_toolkit_settings: mode is not a toolkit setting; choose from runtime_mode, "
+        "accept_envvar_when_unprivileged, accept_volume_mounts, no_cgroups, features",
+        "nvidia_container_toolkit_settings: runtime_mode 'gpu': choose auto, legacy, cdi, csv, jit-cdi "
+        "(nvidia-container-runtime.mode)",
+    ]
+    assert _toolkit_config.role_settings_errors(["x"]) == ["nvidia_container_toolkit_settings must be a mapping, not ['x']"]
