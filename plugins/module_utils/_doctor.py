@@ -180,7 +180,78 @@ def read_host(facts: dict[str, t.Any], params: dict[str, t.Any], root: str = "/"
         # Facts gathered before the key existed carry no kernels: read them here, under the same root.
         "kernels": facts.get("kernels") if isinstance(facts.get("kernels"), dict) else _kernels.installed_kernels(root, release),
         **read_toolkit_host(root),
+        "apt_sources": read_apt_sources(root),
     }
+
+
+APT_SOURCES = "/etc/apt/sources.list"
+APT_SOURCES_DIR = "/etc/apt/sources.list.d"
+
+
+def read_apt_sources(root: str) -> list[dict[str, t.Any]]:
+    """apt's source files (sources.list, sources.list.d/*.list and *.sources) that exist, as _file dicts."""
+    files = [_file(root, APT_SOURCES)]
+    directory = _join(root, APT_SOURCES_DIR)
+    if os.path.isdir(directory):
+        files += [_file(root, os.path.join(APT_SOURCES_DIR, n)) for n in sorted(os.listdir(directory))
+                  if n.endswith((".list", ".sources")) and not n.startswith(".")]
+    return [f for f in files if f["exists"]]
+
+
+_ONE_LINE = re.compile(r"^\s*(deb|deb-src)\s+(?:\[([^\]]*)\]\s+)?(\S+)\s+(\S+)")
+
+
+def apt_entries(path: str, text: str) -> list[dict[str, str]]:
+    """{file, uri, suite, signed_by} for each source of a one-line .list file or a deb822 .sources file. An inline
+    key block in Signed-By is reported as "(inline key <first line>)"; a disabled stanza (Enabled: no) is left out."""
+    entries: list[dict[str, str]] = []
+    if path.endswith(".sources"):
+        for stanza in re.split(r"\n\s*\n", text or ""):
+            fields: dict[str, str] = {}
+            current = None
+            for line in stanza.splitlines():
+                if line.startswith("#"):
+                    continue
+                if line[:1] in (" ", "\t") and current:
+                    fields[current] += "\n" + line.strip()
+                    continue
+                match = re.match(r"^([A-Za-z-]+):\s*(.*)$", line)
+                if match:
+                    current = match.group(1).lower()
+                    fields[current] = match.group(2).strip()
+            if not fields.get("uris") or fields.get("enabled", "yes").lower() == "no":
+                continue
+            signed = fields.get("signed-by", "")
+            if "\n" in signed or signed.startswith("-----BEGIN"):
+                signed = "(inline key %s)" % signed.splitlines()[0][:40]
+            for uri in fields["uris"].split():
+                for suite in (fields.get("suites") or "").split():
+                    entries.append({"file": path, "uri": uri.rstrip("/"), "suite": suite, "signed_by": signed})
+        return entries
+    for line in (text or "").splitlines():
+        match = _ONE_LINE.match(line)
+        if not match:
+            continue
+        options = dict(o.split("=", 1) for o in (match.group(2) or "").split() if "=" in o)
+        entries.append({"file": path, "uri": match.group(3).rstrip("/"), "suite": match.group(4),
+                        "signed_by": options.get("signed-by", "")})
+    return entries
+
+
+def signed_by_conflicts(files: t.Iterable[dict[str, t.Any]]) -> list[str]:
+    """'<uri> <suite>: <file> (signed-by X), <file> (signed-by Y)' for each source that two entries give different
+    non-empty Signed-By values: apt then refuses every update with "Conflicting values set for option Signed-By"."""
+    groups: dict[tuple[str, str], list[dict[str, str]]] = {}
+    for item in files:
+        for entry in apt_entries(item["path"], item["text"] or ""):
+            groups.setdefault((entry["uri"], entry["suite"]), []).append(entry)
+    out = []
+    for (uri, suite), entries in sorted(groups.items()):
+        values = {e["signed_by"] for e in entries if e["signed_by"]}
+        if len(values) > 1:
+            out.append("%s %s: %s" % (uri, suite, ", ".join("%s (signed-by %s)" % (e["file"], e["signed_by"] or "none")
+                                                           for e in entries)))
+    return out
 
 
 # The toolkit's packages, newest layer first: the version of the first one installed is the toolkit's.
@@ -714,6 +785,23 @@ def check_toolkit_cves(facts: dict[str, t.Any], host: dict[str, t.Any], params: 
                  % (_toolkit.upstream(version), where, ", ".join(c for c, _f in _toolkit.SECURITY_FIXES)))
 
 
+def check_apt_signed_by(facts: dict[str, t.Any], host: dict[str, t.Any], params: dict[str, t.Any]) -> dict[str, str]:
+    """Two apt source entries for the same repository with different Signed-By keys (an earlier manual install's
+    nvidia-container-toolkit.list next to the collection's file, say): apt fails every update until one goes."""
+    title = "apt sources agree on each repository's Signed-By key"
+    files = host.get("apt_sources") or []
+    if not files:
+        return check("apt_signed_by", title, OK, "no apt sources (not an apt host)")
+    conflicts = signed_by_conflicts(files)
+    if conflicts:
+        return check("apt_signed_by", title, FAIL,
+                     "apt reports \"Conflicting values set for option Signed-By\" for %s" % "; ".join(conflicts),
+                     "Remove the older of the two files (for the toolkit, the nvidia-container-toolkit.list of a manual "
+                     "install: gpuhost.nvidia.nvidia_container_toolkit with nvidia_container_toolkit_replace_foreign_repo_files: "
+                     "true does it), then run apt-get update")
+    return check("apt_signed_by", title, OK, "%d apt source file(s), no repository with two Signed-By keys" % len(files))
+
+
 CHECKS: tuple[t.Callable[..., dict[str, str]], ...] = (
     check_driver_loaded,
     check_driver_flavour,
@@ -732,11 +820,12 @@ CHECKS: tuple[t.Callable[..., dict[str, str]], ...] = (
     check_ecc,
     check_nvml_cgroup,
     check_toolkit_cves,
+    check_apt_signed_by,
 )
 CHECK_IDS = (
     "driver_loaded", "driver_flavour", "nouveau", "cuda_version", "boot_kernel", "secure_boot", "device_nodes", "docker_runtime",
     "containerd_runtime", "cdi_spec", "persistence", "bindings", "throttling", "pcie_link", "ecc", "nvml_cgroup",
-    "toolkit_cves",
+    "toolkit_cves", "apt_signed_by",
 )
 
 

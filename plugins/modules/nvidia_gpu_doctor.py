@@ -30,7 +30,9 @@ description:
     C(nvml_cgroup) (the C(Failed to initialize NVML: Unknown Error) cause after C(systemctl daemon-reload))."
   - "The container toolkit checks: C(toolkit_cves) (the installed toolkit, from dpkg's status file, pacman's local
     database or O(toolkit_version), against the releases that fixed CVE-2024-0132 (1.16.2), CVE-2025-23359 (1.17.4)
-    and CVE-2025-23266 (1.17.8); a toolkit binary whose version cannot be read is a warning)."
+    and CVE-2025-23266 (1.17.8); a toolkit binary whose version cannot be read is a warning) and C(apt_signed_by) (two
+    apt source entries, in C(/etc/apt/sources.list) or C(sources.list.d), for the same repository and suite with
+    different C(Signed-By) keys: apt's C(Conflicting values set for option Signed-By))."
   - The module changes nothing. It does not fail when a check fails; read RV(status) or RV(checks).
 author:
   - gpuhost.nvidia developers (@gpuhost)

@@ -286,6 +286,19 @@ def test_crio_dropin(host, gpuhost_instance):
     assert dropin == {"crio": {"runtime": {"runtimes": {"nvidia": nvidia}}}}
 
 
+def test_toolkit_config_toml_holds_the_asked_keys(host, gpuhost_instance):
+    path = "/etc/nvidia-container-runtime/config.toml"
+    if family(gpuhost_instance) != "debian12":
+        assert not host.file(path).exists or "gpuhost.nvidia" not in host.file(path).content_string
+        return
+    doc = tomllib.loads(host.file(path).content_string)
+    assert doc == {"accept-nvidia-visible-devices-envvar-when-unprivileged": False,
+                   "nvidia-container-runtime": {"mode": "auto"},
+                   "features": {"ignore-imex-channel-requests": True}}
+    record = json.loads(host.file("/var/lib/gpuhost/nvidia_container_toolkit_config.json").content_string)
+    assert record[path]["original"] is None  # the stub package ships no config.toml: absent removes the file
+
+
 def main_pid(host, unit: str) -> str:
     return host.run("systemctl show --property=MainPID --value %s" % unit).stdout.strip()
 

@@ -89,3 +89,53 @@ def test_the_given_version_wins(tmp_path):
 def test_the_check_is_listed():
     assert "toolkit_cves" in _doctor.CHECK_IDS
     assert _doctor.check_toolkit_cves in _doctor.CHECKS
+
+
+# NVIDIA's install guide writes this file (its signed-by keyring); the collection's role writes a deb822 file with
+# its own keyring for the same repository: apt refuses both with "Conflicting values set for option Signed-By".
+MANUAL_LIST = ("deb [signed-by=/usr/share/keyrings/nvidia-container-toolkit-keyring.gpg] "
+               "https://nvidia.github.io/libnvidia-container/stable/deb/$(ARCH) /\n")
+OURS = """Types: deb
+URIs: https://nvidia.github.io/libnvidia-container/stable/deb/$(ARCH)/
+Suites: /
+Signed-By: /usr/share/keyrings/gpuhost-nvidia-container-toolkit.gpg
+"""
+
+
+def signed_by_check(root: str) -> dict[str, str]:
+    host = {"apt_sources": _doctor.read_apt_sources(root)}
+    return _doctor.check_apt_signed_by({}, host, dict(_doctor.DEFAULTS))
+
+
+def test_two_signed_by_keys_for_the_toolkit_repository_fail(tmp_path):
+    write(str(tmp_path), "/etc/apt/sources.list.d/nvidia-container-toolkit.list", MANUAL_LIST)
+    write(str(tmp_path), "/etc/apt/sources.list.d/gpuhost-nvidia-container-toolkit.sources", OURS)
+    result = signed_by_check(str(tmp_path))
+    assert result["status"] == "fail"
+    assert "Conflicting values set for option Signed-By" in result["evidence"]
+    assert "/etc/apt/sources.list.d/nvidia-container-toolkit.list (signed-by /usr/share/keyrings/nvidia-container-toolkit-keyring.gpg)" \
+        in result["evidence"]
+    assert "nvidia_container_toolkit_replace_foreign_repo_files" in result["fix"]
+
+
+def test_the_same_key_twice_and_other_repositories_pass(tmp_path):
+    write(str(tmp_path), "/etc/apt/sources.list.d/nvidia-container-toolkit.list",
+          MANUAL_LIST.replace("nvidia-container-toolkit-keyring", "gpuhost-nvidia-container-toolkit"))
+    write(str(tmp_path), "/etc/apt/sources.list.d/gpuhost-nvidia-container-toolkit.sources", OURS)
+    write(str(tmp_path), "/etc/apt/sources.list", "deb http://deb.debian.org/debian bookworm main\n# deb [signed-by=/x] http://deb.debian.org/debian bookworm main\n")
+    assert signed_by_check(str(tmp_path))["status"] == "ok"
+
+
+def test_a_disabled_stanza_and_an_inline_key(tmp_path):
+    write(str(tmp_path), "/etc/apt/sources.list.d/nvidia-container-toolkit.list", MANUAL_LIST)
+    write(str(tmp_path), "/etc/apt/sources.list.d/gpuhost-nvidia-container-toolkit.sources", OURS + "Enabled: no\n")
+    assert signed_by_check(str(tmp_path))["status"] == "ok"
+    inline = OURS.replace("Signed-By: /usr/share/keyrings/gpuhost-nvidia-container-toolkit.gpg",
+                          "Signed-By:\n -----BEGIN PGP PUBLIC KEY BLOCK-----\n .\n mQINBF...\n -----END PGP PUBLIC KEY BLOCK-----")
+    write(str(tmp_path), "/etc/apt/sources.list.d/gpuhost-nvidia-container-toolkit.sources", inline)
+    result = signed_by_check(str(tmp_path))
+    assert result["status"] == "fail" and "(inline key" in result["evidence"]
+
+
+def test_not_an_apt_host(tmp_path):
+    assert signed_by_check(str(tmp_path))["status"] == "ok"
