@@ -19,7 +19,7 @@ import os
 import re
 import typing as t
 
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _catalog, _files, _kernels, _pci, _runtime, _toolkit
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _catalog, _cdi_compat, _files, _kernels, _pci, _runtime, _toolkit
 from ansible_collections.gpuhost.nvidia.plugins.module_utils._common import version_tuple
 
 try:
@@ -287,12 +287,18 @@ def pacman_installed(root: str, names: t.Iterable[str]) -> dict[str, str]:
 def read_toolkit_host(root: str) -> dict[str, t.Any]:
     """The installed toolkit version (dpkg's status file, else pacman's local database; None when neither lists it)
     and whether a toolkit binary is there at all (an rpm host, a tarball install: installed, version unknown)."""
-    packages = dpkg_installed(_read_text(_join(root, "/var/lib/dpkg/status")), TOOLKIT_PACKAGES)
-    source = "dpkg"
+    engine_packages = [p for names in _cdi_compat.ENGINE_PACKAGES.values() for p in names]
+    dpkg = dpkg_installed(_read_text(_join(root, "/var/lib/dpkg/status")), TOOLKIT_PACKAGES + tuple(engine_packages))
+    pacman = pacman_installed(root, TOOLKIT_PACKAGES + tuple(engine_packages))
+    packages, source = ({k: v for k, v in dpkg.items() if k in TOOLKIT_PACKAGES}, "dpkg")
     if not packages:
-        packages, source = pacman_installed(root, TOOLKIT_PACKAGES), "pacman"
+        packages, source = {k: v for k, v in pacman.items() if k in TOOLKIT_PACKAGES}, "pacman"
     version = next((packages[name] for name in TOOLKIT_PACKAGES if name in packages), None)
+    installed = {**pacman, **dpkg}
+    engines = {engine: next(installed[n] for n in names if n in installed)
+               for engine, names in _cdi_compat.ENGINE_PACKAGES.items() if any(n in installed for n in names)}
     return {
+        "engines": engines,
         "toolkit": {
             "version": version,
             "source": source if version else None,
@@ -802,6 +808,31 @@ def check_apt_signed_by(facts: dict[str, t.Any], host: dict[str, t.Any], params:
     return check("apt_signed_by", title, OK, "%d apt source file(s), no repository with two Signed-By keys" % len(files))
 
 
+def check_cdi_version(facts: dict[str, t.Any], host: dict[str, t.Any], params: dict[str, t.Any]) -> dict[str, str]:
+    """Each CDI spec's cdiVersion against the installed engines (docker, containerd, podman from dpkg or pacman): an
+    engine whose CDI library is older than the spec refuses it ("unresolvable CDI devices")."""
+    title = "CDI specs have a cdiVersion the installed engines load"
+    specs = [s for s in host.get("cdi_specs") or [] if s.get("text")]
+    engines = host.get("engines") or {}
+    if not specs:
+        return check("cdi_version", title, OK, "no CDI spec")
+    if not engines:
+        return check("cdi_version", title, OK, "no docker, containerd or podman package this check reads (dpkg, pacman)")
+    problems, seen = [], []
+    for spec in specs:
+        version = _cdi_compat.spec_version(spec["text"])
+        if version is None:
+            continue
+        seen.append("%s %s" % (spec["path"], version))
+        problems += ["%s (cdiVersion %s): %s" % (spec["path"], version, r) for r in _cdi_compat.rejections(version, engines)]
+    engine_list = ", ".join("%s %s" % (e, _cdi_compat.upstream(v)) for e, v in sorted(engines.items()))
+    if problems:
+        return check("cdi_version", title, FAIL, "; ".join(problems),
+                     "Upgrade the engine as named, or generate the spec again with the version the engine loads "
+                     "(nvidia-ctk cdi generate writes the lowest version the spec's content needs; an older toolkit writes older specs)")
+    return check("cdi_version", title, OK, "%s loaded by %s" % (", ".join(seen) or "no cdiVersion read", engine_list))
+
+
 CHECKS: tuple[t.Callable[..., dict[str, str]], ...] = (
     check_driver_loaded,
     check_driver_flavour,
@@ -821,11 +852,12 @@ CHECKS: tuple[t.Callable[..., dict[str, str]], ...] = (
     check_nvml_cgroup,
     check_toolkit_cves,
     check_apt_signed_by,
+    check_cdi_version,
 )
 CHECK_IDS = (
     "driver_loaded", "driver_flavour", "nouveau", "cuda_version", "boot_kernel", "secure_boot", "device_nodes", "docker_runtime",
     "containerd_runtime", "cdi_spec", "persistence", "bindings", "throttling", "pcie_link", "ecc", "nvml_cgroup",
-    "toolkit_cves", "apt_signed_by",
+    "toolkit_cves", "apt_signed_by", "cdi_version",
 )
 
 

@@ -444,7 +444,7 @@ def test_table_and_markdown(healthy: tuple[str, dict[str, t.Any]]) -> None:
     assert lines[0].split() == ["STAT", "CHECK", "EVIDENCE"]
     assert "WARN  persistence         persistence mode is off on GPU 0 (0000:18:00.0)" in lines
     assert any(line.strip().startswith("fix: Enable nvidia-persistenced") for line in lines)
-    assert _doctor.summary(checks) == {"status": "warn", "counts": {"ok": 17, "warn": 1, "fail": 0}}
+    assert _doctor.summary(checks) == {"status": "warn", "counts": {"ok": 18, "warn": 1, "fail": 0}}
     md = _doctor.markdown("gpu01", checks)
     assert md.startswith("# GPU doctor: gpu01\n\n| status | check | evidence | fix |\n|---|---|---|---|\n")
     assert "| warn | persistence mode on | persistence mode is off on GPU 0 (0000:18:00.0) |" in md

@@ -139,3 +139,29 @@ def test_a_disabled_stanza_and_an_inline_key(tmp_path):
 
 def test_not_an_apt_host(tmp_path):
     assert signed_by_check(str(tmp_path))["status"] == "ok"
+
+
+def cdi_check(root: str) -> dict[str, str]:
+    spec = os.path.join(root, "var/run/cdi/nvidia.yaml")
+    specs = [{"path": "/var/run/cdi/nvidia.yaml", "exists": True, "text": open(spec, encoding="utf-8").read()}] if os.path.exists(spec) else []
+    host = dict(_doctor.read_toolkit_host(root), cdi_specs=specs)
+    return _doctor.check_cdi_version({}, host, dict(_doctor.DEFAULTS))
+
+
+def test_a_spec_newer_than_the_engine_loads_fails_naming_the_upgrade(tmp_path):
+    write(str(tmp_path), "/var/lib/dpkg/status", "Package: podman\nStatus: install ok installed\nVersion: 4.9.3+ds1-1ubuntu0.2\n")
+    write(str(tmp_path), "/var/run/cdi/nvidia.yaml", "---\ncdiVersion: 0.7.0\nkind: nvidia.com/gpu\n")
+    result = cdi_check(str(tmp_path))
+    assert result["status"] == "fail"
+    assert "podman 4.9.3 loads CDI specs up to cdiVersion 0.6.0, not 0.7.0: upgrade podman to 5.1.0 or later" in result["evidence"]
+
+
+def test_a_spec_the_engines_load_passes(tmp_path):
+    write(str(tmp_path), "/var/lib/dpkg/status", "Package: containerd\nStatus: install ok installed\nVersion: 1.7.24~ds1-6\n")
+    write(str(tmp_path), "/var/run/cdi/nvidia.yaml", "---\ncdiVersion: 0.5.0\nkind: nvidia.com/gpu\n")
+    result = cdi_check(str(tmp_path))
+    assert result["status"] == "ok" and "containerd 1.7.24" in result["evidence"]
+
+
+def test_no_spec_or_no_engine_is_ok(tmp_path):
+    assert cdi_check(str(tmp_path))["status"] == "ok"
