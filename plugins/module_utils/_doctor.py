@@ -249,8 +249,8 @@ def signed_by_conflicts(files: t.Iterable[dict[str, t.Any]]) -> list[str]:
     for (uri, suite), entries in sorted(groups.items()):
         values = {e["signed_by"] for e in entries if e["signed_by"]}
         if len(values) > 1:
-            out.append("%s %s: %s" % (uri, suite, ", ".join("%s (signed-by %s)" % (e["file"], e["signed_by"] or "none")
-                                                           for e in entries)))
+            named = ", ".join("%s (signed-by %s)" % (e["file"], e["signed_by"] or "none") for e in entries)
+            out.append("%s %s: %s" % (uri, suite, named))
     return out
 
 

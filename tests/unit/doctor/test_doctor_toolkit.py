@@ -122,7 +122,8 @@ def test_the_same_key_twice_and_other_repositories_pass(tmp_path):
     write(str(tmp_path), "/etc/apt/sources.list.d/nvidia-container-toolkit.list",
           MANUAL_LIST.replace("nvidia-container-toolkit-keyring", "gpuhost-nvidia-container-toolkit"))
     write(str(tmp_path), "/etc/apt/sources.list.d/gpuhost-nvidia-container-toolkit.sources", OURS)
-    write(str(tmp_path), "/etc/apt/sources.list", "deb http://deb.debian.org/debian bookworm main\n# deb [signed-by=/x] http://deb.debian.org/debian bookworm main\n")
+    write(str(tmp_path), "/etc/apt/sources.list",
+          "deb http://deb.debian.org/debian bookworm main\n# deb [signed-by=/x] http://deb.debian.org/debian bookworm main\n")
     assert signed_by_check(str(tmp_path))["status"] == "ok"
 
 
