@@ -401,6 +401,8 @@ def test_bad_inputs_fail_before_any_change(host, gpuhost_instance):
     assert "line 2 column 1" in report["invalid_json"] or "Expecting" in report["invalid_json"]
     assert "1.16.2 is not in the apt repository" in report["missing_version"]
     assert "offers 1.17.8, 1.18.0" in report["missing_version"]
+    assert "1.17.7 lacks the fixes of CVE-2025-23266" in report["cve_floor"]
+    assert "nvidia_container_toolkit_accept_cves: [CVE-2025-23266]" in report["cve_floor"]
     assert "1.11.0 is too old for CDI" in report["cdi_too_old"]
     assert "nvidia_container_toolkit_node_labels_file: 'etc/node-labels' is not an absolute path" in report["relative_labels"]
     assert "nvidia_container_toolkit_cdi_refresh_before[0]: 'docker.service\\n' holds the control character" in report["unit_newline"]
