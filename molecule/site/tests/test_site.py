@@ -290,9 +290,10 @@ def test_summary_lines_are_one_line_each(summary):
 
 def test_doctor_fails_exactly_what_a_gpu_less_container_lacks(summary):
     doctor = [line.strip().lstrip("- ") for line in summary if line.strip().lstrip("- ").startswith("gpu_doctor: ")]
-    # 16 checks; boot_kernel is ok in a container (no installed kernel under /lib/modules to boot into). A container has
+    # 19 checks (toolkit_cves, apt_signed_by and cdi_version ok: toolkit 1.17.8 or newer, one Signed-By per repository,
+    # a 0.5.0 spec); boot_kernel is ok in a container (no installed kernel under /lib/modules to boot into). A container has
     # no EFI variables, so the doctor cannot see Secure Boot and says so (warn), as it fails closed.
-    assert sorted(doctor) == sorted(["gpu_doctor: fail (13 ok, 1 warn, 2 fail)", "gpu_doctor: secure_boot: warn",
+    assert sorted(doctor) == sorted(["gpu_doctor: fail (16 ok, 1 warn, 2 fail)", "gpu_doctor: secure_boot: warn",
                                      "gpu_doctor: driver_loaded: fail", "gpu_doctor: device_nodes: fail"])
 
 
