@@ -22,6 +22,7 @@ from ansible_collections.gpuhost.nvidia.plugins.plugin_utils._lazy import module
 
 # Imported when a filter of this file first runs, not when Ansible loads the file (plugin_utils/_lazy.py).
 _toolkit = module_utils("_toolkit")
+_toolkit_config = module_utils("_toolkit_config")
 _engine_restart = module_utils("_engine_restart")
 _labels = module_utils("_labels")
 
@@ -30,7 +31,8 @@ display = Display()
 
 def nvidia_container_toolkit_errors(request: t.Any) -> list[str]:
     """Everything wrong with the toolkit request before the host is asked anything."""
-    return _toolkit.request_errors(mapping(request, "nvidia_container_toolkit_errors"))
+    request_map = mapping(request, "nvidia_container_toolkit_errors")
+    return _toolkit.request_errors(request_map) + _toolkit_config.role_settings_errors(request_map.get("settings"))
 
 
 def nvidia_container_toolkit_version(offered: t.Any, request: t.Any, source: str = "the repository") -> dict[str, t.Any]:

@@ -19,7 +19,7 @@ import os
 import re
 import typing as t
 
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _catalog, _files, _kernels, _pci, _runtime
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _catalog, _cdi_compat, _files, _kernels, _pci, _runtime, _toolkit
 from ansible_collections.gpuhost.nvidia.plugins.module_utils._common import version_tuple
 
 try:
@@ -54,6 +54,7 @@ DEFAULTS: dict[str, t.Any] = {
     "vfio_devices": [],
     "ecc_corrected_warn": 100,
     "compose_files": [],
+    "toolkit_version": None,
 }
 
 
@@ -182,6 +183,131 @@ def read_host(facts: dict[str, t.Any], params: dict[str, t.Any], root: str = "/"
         # Facts gathered before the key existed carry no kernels: read them here, under the same root.
         "kernels": facts.get("kernels") if isinstance(facts.get("kernels"), dict) else _kernels.installed_kernels(root, release),
         **(commands if commands is not None else unread_commands("no command was run on the host")),
+        **read_toolkit_host(root),
+        "apt_sources": read_apt_sources(root),
+    }
+
+
+APT_SOURCES = "/etc/apt/sources.list"
+APT_SOURCES_DIR = "/etc/apt/sources.list.d"
+
+
+def read_apt_sources(root: str) -> list[dict[str, t.Any]]:
+    """apt's source files (sources.list, sources.list.d/*.list and *.sources) that exist, as _file dicts."""
+    files = [_file(root, APT_SOURCES)]
+    directory = _join(root, APT_SOURCES_DIR)
+    if os.path.isdir(directory):
+        files += [_file(root, os.path.join(APT_SOURCES_DIR, n)) for n in sorted(os.listdir(directory))
+                  if n.endswith((".list", ".sources")) and not n.startswith(".")]
+    return [f for f in files if f["exists"]]
+
+
+_ONE_LINE = re.compile(r"^\s*(deb|deb-src)\s+(?:\[([^\]]*)\]\s+)?(\S+)\s+(\S+)")
+
+
+def apt_entries(path: str, text: str) -> list[dict[str, str]]:
+    """{file, uri, suite, signed_by} for each source of a one-line .list file or a deb822 .sources file. An inline
+    key block in Signed-By is reported as "(inline key <first line>)"; a disabled stanza (Enabled: no) is left out."""
+    entries: list[dict[str, str]] = []
+    if path.endswith(".sources"):
+        for stanza in re.split(r"\n\s*\n", text or ""):
+            fields: dict[str, str] = {}
+            current = None
+            for line in stanza.splitlines():
+                if line.startswith("#"):
+                    continue
+                if line[:1] in (" ", "\t") and current:
+                    fields[current] += "\n" + line.strip()
+                    continue
+                match = re.match(r"^([A-Za-z-]+):\s*(.*)$", line)
+                if match:
+                    current = match.group(1).lower()
+                    fields[current] = match.group(2).strip()
+            if not fields.get("uris") or fields.get("enabled", "yes").lower() == "no":
+                continue
+            signed = fields.get("signed-by", "")
+            if "\n" in signed or signed.startswith("-----BEGIN"):
+                signed = "(inline key %s)" % signed.splitlines()[0][:40]
+            for uri in fields["uris"].split():
+                for suite in (fields.get("suites") or "").split():
+                    entries.append({"file": path, "uri": uri.rstrip("/"), "suite": suite, "signed_by": signed})
+        return entries
+    for line in (text or "").splitlines():
+        match = _ONE_LINE.match(line)
+        if not match:
+            continue
+        options = dict(o.split("=", 1) for o in (match.group(2) or "").split() if "=" in o)
+        entries.append({"file": path, "uri": match.group(3).rstrip("/"), "suite": match.group(4),
+                        "signed_by": options.get("signed-by", "")})
+    return entries
+
+
+def signed_by_conflicts(files: t.Iterable[dict[str, t.Any]]) -> list[str]:
+    """'<uri> <suite>: <file> (signed-by X), <file> (signed-by Y)' for each source that two entries give different
+    non-empty Signed-By values: apt then refuses every update with "Conflicting values set for option Signed-By"."""
+    groups: dict[tuple[str, str], list[dict[str, str]]] = {}
+    for item in files:
+        for entry in apt_entries(item["path"], item["text"] or ""):
+            groups.setdefault((entry["uri"], entry["suite"]), []).append(entry)
+    out = []
+    for (uri, suite), entries in sorted(groups.items()):
+        values = {e["signed_by"] for e in entries if e["signed_by"]}
+        if len(values) > 1:
+            named = ", ".join("%s (signed-by %s)" % (e["file"], e["signed_by"] or "none") for e in entries)
+            out.append("%s %s: %s" % (uri, suite, named))
+    return out
+
+
+# The toolkit's packages, newest layer first: the version of the first one installed is the toolkit's.
+TOOLKIT_PACKAGES = ("nvidia-container-toolkit-base", "nvidia-container-toolkit", "libnvidia-container-tools", "libnvidia-container1")
+TOOLKIT_BINARIES = ("/usr/bin/nvidia-ctk", "/usr/bin/nvidia-container-runtime", "/usr/bin/nvidia-container-cli")
+
+
+def dpkg_installed(text: str | None, names: t.Iterable[str]) -> dict[str, str]:
+    """{package: version} for the ``names`` that dpkg's status file marks installed."""
+    wanted = set(names)
+    found: dict[str, str] = {}
+    for paragraph in re.split(r"\n\s*\n", text or ""):
+        fields = dict(re.findall(r"^([A-Za-z-]+):[ \t]*(.*)$", paragraph, re.MULTILINE))
+        if fields.get("Package") in wanted and fields.get("Status", "").endswith(" installed") and fields.get("Version"):
+            found[fields["Package"]] = fields["Version"]
+    return found
+
+
+def pacman_installed(root: str, names: t.Iterable[str]) -> dict[str, str]:
+    """{package: version} from pacman's local database (/var/lib/pacman/local/<name>-<version>-<rel>/desc)."""
+    local = _join(root, "/var/lib/pacman/local")
+    found: dict[str, str] = {}
+    if not os.path.isdir(local):
+        return found
+    for entry in sorted(os.listdir(local)):
+        desc = _read_text(os.path.join(local, entry, "desc")) or ""
+        match = re.search(r"^%NAME%\n(.+)\n(?:.*\n)*?%VERSION%\n(.+)$", desc, re.MULTILINE)
+        if match and match.group(1) in names:
+            found[match.group(1)] = match.group(2)
+    return found
+
+
+def read_toolkit_host(root: str) -> dict[str, t.Any]:
+    """The installed toolkit version (dpkg's status file, else pacman's local database; None when neither lists it)
+    and whether a toolkit binary is there at all (an rpm host, a tarball install: installed, version unknown)."""
+    engine_packages = [p for names in _cdi_compat.ENGINE_PACKAGES.values() for p in names]
+    dpkg = dpkg_installed(_read_text(_join(root, "/var/lib/dpkg/status")), TOOLKIT_PACKAGES + tuple(engine_packages))
+    pacman = pacman_installed(root, TOOLKIT_PACKAGES + tuple(engine_packages))
+    packages, source = ({k: v for k, v in dpkg.items() if k in TOOLKIT_PACKAGES}, "dpkg")
+    if not packages:
+        packages, source = {k: v for k, v in pacman.items() if k in TOOLKIT_PACKAGES}, "pacman"
+    version = next((packages[name] for name in TOOLKIT_PACKAGES if name in packages), None)
+    installed = {**pacman, **dpkg}
+    engines = {engine: next(installed[n] for n in names if n in installed)
+               for engine, names in _cdi_compat.ENGINE_PACKAGES.items() if any(n in installed for n in names)}
+    return {
+        "engines": engines,
+        "toolkit": {
+            "version": version,
+            "source": source if version else None,
+            "binaries": [b for b in TOOLKIT_BINARIES if os.path.exists(_join(root, b))],
+        },
     }
 
 
@@ -818,6 +944,76 @@ def check_nvlink(facts: dict[str, t.Any], host: dict[str, t.Any], params: dict[s
                      "Read the link state and errors (`nvidia-smi nvlink -s`, `nvidia-smi nvlink -e`); on an NVSwitch host "
                      "check Fabric Manager; a link that stays down means reseating or replacing the GPU or baseboard")
     return check("nvlink", title, OK, "%d active NVLinks on each of %d GPU(s)" % (most, len(counts)))
+def check_toolkit_cves(facts: dict[str, t.Any], host: dict[str, t.Any], params: dict[str, t.Any]) -> dict[str, str]:
+    """The installed NVIDIA Container Toolkit against the releases that fixed its container escapes
+    (_toolkit.SECURITY_FIXES). A toolkit whose version cannot be read is a warning, not a pass."""
+    title = "NVIDIA Container Toolkit has the container-escape fixes (%s+)" % _toolkit.SECURE_MIN_VERSION
+    toolkit = host.get("toolkit") or {}
+    version = params.get("toolkit_version") or toolkit.get("version")
+    upgrade = ("Upgrade the toolkit to %s or newer (gpuhost.nvidia.nvidia_container_toolkit with nvidia_container_toolkit_version, "
+               "or your package manager); until then run only trusted images" % _toolkit.SECURE_MIN_VERSION)
+    if not version:
+        if toolkit.get("binaries"):
+            return check("toolkit_cves", title, WARN,
+                         "%s present but no package database this check reads (dpkg, pacman) lists the toolkit: version unknown"
+                         % ", ".join(toolkit["binaries"]),
+                         "Give the doctor the version (toolkit_version, e.g. from `nvidia-ctk --version`), or check it is %s or newer"
+                         % _toolkit.SECURE_MIN_VERSION)
+        return check("toolkit_cves", title, OK, "no NVIDIA Container Toolkit installed")
+    if not _toolkit.version_tuple(version):
+        return check("toolkit_cves", title, WARN, "toolkit version %r cannot be read as a version" % version, upgrade)
+    missing = _toolkit.open_cves(version)
+    where = " (%s)" % toolkit["source"] if toolkit.get("source") and not params.get("toolkit_version") else ""
+    if missing:
+        fixed = dict(_toolkit.SECURITY_FIXES)
+        return check("toolkit_cves", title, FAIL,
+                     "toolkit %s%s lacks the fixes of %s" % (_toolkit.upstream(version), where,
+                                                             ", ".join("%s (fixed in %s)" % (c, fixed[c]) for c in missing)),
+                     upgrade)
+    return check("toolkit_cves", title, OK, "toolkit %s%s has the fixes of %s"
+                 % (_toolkit.upstream(version), where, ", ".join(c for c, _f in _toolkit.SECURITY_FIXES)))
+
+
+def check_apt_signed_by(facts: dict[str, t.Any], host: dict[str, t.Any], params: dict[str, t.Any]) -> dict[str, str]:
+    """Two apt source entries for the same repository with different Signed-By keys (an earlier manual install's
+    nvidia-container-toolkit.list next to the collection's file, say): apt fails every update until one goes."""
+    title = "apt sources agree on each repository's Signed-By key"
+    files = host.get("apt_sources") or []
+    if not files:
+        return check("apt_signed_by", title, OK, "no apt sources (not an apt host)")
+    conflicts = signed_by_conflicts(files)
+    if conflicts:
+        return check("apt_signed_by", title, FAIL,
+                     "apt reports \"Conflicting values set for option Signed-By\" for %s" % "; ".join(conflicts),
+                     "Remove the older of the two files (for the toolkit, the nvidia-container-toolkit.list of a manual "
+                     "install: gpuhost.nvidia.nvidia_container_toolkit with nvidia_container_toolkit_replace_foreign_repo_files: "
+                     "true does it), then run apt-get update")
+    return check("apt_signed_by", title, OK, "%d apt source file(s), no repository with two Signed-By keys" % len(files))
+
+
+def check_cdi_version(facts: dict[str, t.Any], host: dict[str, t.Any], params: dict[str, t.Any]) -> dict[str, str]:
+    """Each CDI spec's cdiVersion against the installed engines (docker, containerd, podman from dpkg or pacman): an
+    engine whose CDI library is older than the spec refuses it ("unresolvable CDI devices")."""
+    title = "CDI specs have a cdiVersion the installed engines load"
+    specs = [s for s in host.get("cdi_specs") or [] if s.get("text")]
+    engines = host.get("engines") or {}
+    if not specs:
+        return check("cdi_version", title, OK, "no CDI spec")
+    if not engines:
+        return check("cdi_version", title, OK, "no docker, containerd or podman package this check reads (dpkg, pacman)")
+    problems, seen = [], []
+    for spec in specs:
+        version = _cdi_compat.spec_version(spec["text"])
+        if version is None:
+            continue
+        seen.append("%s %s" % (spec["path"], version))
+        problems += ["%s (cdiVersion %s): %s" % (spec["path"], version, r) for r in _cdi_compat.rejections(version, engines)]
+    engine_list = ", ".join("%s %s" % (e, _cdi_compat.upstream(v)) for e, v in sorted(engines.items()))
+    if problems:
+        return check("cdi_version", title, FAIL, "; ".join(problems),
+                     "Upgrade the engine as named, or generate the spec again with the version the engine loads "
+                     "(nvidia-ctk cdi generate writes the lowest version the spec's content needs; an older toolkit writes older specs)")
+    return check("cdi_version", title, OK, "%s loaded by %s" % (", ".join(seen) or "no cdiVersion read", engine_list))
 
 
 CHECKS: tuple[t.Callable[..., dict[str, str]], ...] = (
@@ -840,11 +1036,15 @@ CHECKS: tuple[t.Callable[..., dict[str, str]], ...] = (
     check_xid,
     check_fabric_manager,
     check_nvlink,
+    check_toolkit_cves,
+    check_apt_signed_by,
+    check_cdi_version,
 )
 CHECK_IDS = (
     "driver_loaded", "driver_flavour", "nouveau", "cuda_version", "boot_kernel", "secure_boot", "device_nodes", "docker_runtime",
     "containerd_runtime", "cdi_spec", "persistence", "bindings", "throttling", "pcie_link", "ecc", "nvml_cgroup",
     "xid", "fabric_manager", "nvlink",
+    "toolkit_cves", "apt_signed_by", "cdi_version",
 )
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
 import typing as t
 
@@ -156,6 +157,11 @@ def containerd_version(main: dict[str, t.Any], requested: int | None, path: str)
     """
     if not main:
         return int(requested) if requested else 2
+    if "version" not in main and versionless_with_imports(main):
+        # The file already imports drop-ins and holds nothing that only a version 1 reader understands: the drop-in
+        # goes next to the others and its directory joins the imports (upstream config_drop_in_test.go
+        # TestEnsureImports). containerd 1.7 and 2.x both resolve the imports of a file without a version line.
+        return int(requested) if requested else 2
     version = main.get("version", 1)
     if isinstance(version, bool) or version not in CRI_PLUGIN:
         raise RuntimeConfigError(
@@ -170,6 +176,20 @@ def containerd_version(main: dict[str, t.Any], requested: int | None, path: str)
             "(containerd config migrate), then run again; it was not changed." % (path, where, requested)
         )
     return int(version)
+
+
+def versionless_with_imports(main: dict[str, t.Any]) -> bool:
+    """A main config without a ``version`` line that has ``imports`` and nothing version 1 spells differently: no
+    ``plugins`` table (version 1 names them ``cri``, ...) and only URI plugin names in disabled_plugins and
+    required_plugins. containerd 1.7 validates the merged config as version 2 once a drop-in says version 2
+    (ValidateV2: every plugin key an io.containerd.x.vx URI), so a file with short names stays on the in-place path."""
+    if "version" in main or not isinstance(main.get("imports"), list) or "plugins" in main:
+        return False
+    for key in ("disabled_plugins", "required_plugins"):
+        names = main.get(key) or []
+        if not isinstance(names, list) or not all(isinstance(n, str) and n.startswith("io.containerd.") for n in names):
+            return False
+    return True
 
 
 def _table(doc: dict[str, t.Any], keys: t.Sequence[str], path: str) -> dict[str, t.Any]:
@@ -285,12 +305,30 @@ _TABLE_LINE = re.compile(r"^\s*\[")
 _IMPORTS = re.compile(r"^imports\s*=\s*\[[^\]]*\]", re.MULTILINE)
 
 
+# containerd's own drop-in directory: containerd 2.2 and later write it into the imports of the config that
+# `containerd config default` prints (defaults/defaults_unix.go DefaultConfigIncludePattern). The daemon resolves only
+# the imports a config file names (server/config/config.go LoadConfigWithPlugins) and reads no file when
+# /etc/containerd/config.toml is missing (command/main.go), so a main config without the line still needs it.
+CONTAINERD_DEFAULT_IMPORT = "/etc/containerd/conf.d/*.toml"
+
+
+def same_import(entry: str, glob: str, path: str) -> bool:
+    """Whether the imports entry ``entry`` of the main config at ``path`` names the same glob as ``glob``, the way
+    containerd resolves it (resolveImports: filepath.Clean; a relative entry is relative to the main config's
+    directory). ``conf.d/*.toml`` in /etc/containerd/config.toml is /etc/containerd/conf.d/*.toml."""
+    if not isinstance(entry, str) or not entry:
+        return False
+    if not entry.startswith("/"):
+        entry = os.path.join(os.path.dirname(path), entry)
+    return os.path.normpath(entry) == os.path.normpath(glob)
+
+
 def containerd_main(text: str | None, main: dict[str, t.Any], path: str, imports_glob: str, version: int) -> str:
     """The main config with ``imports_glob`` in its top-level ``imports``; every other line is kept as it is."""
     imports = main.get("imports", [])
     if not isinstance(imports, list) or not all(isinstance(i, str) for i in imports):
         raise RuntimeConfigError("%s: imports must be a list of paths, not %r; it was not changed." % (path, imports))
-    if imports_glob in imports:
+    if any(same_import(i, imports_glob, path) for i in imports):
         return text if text is not None else ""
     new_line = "imports = %s" % _value(list(imports) + [imports_glob], "imports")
     if text is None or not text.strip():
@@ -480,15 +518,21 @@ def containerd_v1_remove(text: str | None, main: dict[str, t.Any], path: str, na
 
 
 def containerd_main_remove(text: str | None, main: dict[str, t.Any], path: str, imports_glob: str, recorded: bool = False,
-                           original_text: str | None = None) -> str | None:
+                           original_text: str | None = None, keep_import: bool = False) -> str | None:
     """The main config without ``imports_glob`` in its imports: the reverse of :func:`containerd_main`. The imports line
-    goes when it is left empty and the user had none; every other line is kept as it is."""
+    goes when it is left empty and the user had none; every other line is kept as it is.
+
+    The glob stays when ``keep_import`` says the module did not add it (the main config was never changed), and when
+    the recorded original already had it (containerd 2.2's default config imports /etc/containerd/conf.d/*.toml):
+    other drop-ins there are the user's."""
     if text is None:
         return None
     imports = main.get("imports", [])
-    if not isinstance(imports, list) or imports_glob not in imports:
+    if keep_import or not isinstance(imports, list) or imports_glob not in imports:
         return text
     original = _original_doc(original_text, lambda s: parse_toml(s, path)) if recorded else None
+    if original is not None and imports_glob in (original.get("imports") or []):
+        return text
     kept = [i for i in imports if i != imports_glob]
     lines = text.splitlines(keepends=True)
     end = next((i for i, line in enumerate(lines) if _TABLE_LINE.match(line)), len(lines))

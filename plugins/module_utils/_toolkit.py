@@ -27,6 +27,16 @@ except ImportError:  # pragma: no cover - the module reports it
 CDI_MIN_VERSION = "1.12.0"
 CDI_DIRS = ("/etc/cdi", "/var/run/cdi")
 STRATEGIES = ("index", "uuid")
+# Container escapes fixed in the toolkit, each with the first release that has the fix (docs/sources.md: the CVE
+# records NVIDIA published, and a second public source each). A release below one of them is installed only when the
+# user names every CVE it still has in nvidia_container_toolkit_accept_cves.
+SECURITY_FIXES = (
+    ("CVE-2024-0132", "1.16.2"),   # TOCTOU with the default (legacy) configuration: host file system access
+    ("CVE-2025-23359", "1.17.4"),  # the same class again (CUDA compat libraries mounted from the container)
+    ("CVE-2025-23266", "1.17.8"),  # "NVIDIAScape": LD_PRELOAD into the enable-cuda-compat OCI hook, root on the host
+)
+SECURE_MIN_VERSION = max((fixed for _cve, fixed in SECURITY_FIXES), key=lambda v: tuple(int(p) for p in v.split(".")))
+_CVE_RE = re.compile(r"^CVE-\d{4}-\d{4,7}$")
 
 
 def version_tuple(version: str) -> tuple[int, ...]:
@@ -69,6 +79,10 @@ def request_errors(request: t.Mapping[str, t.Any]) -> list[str]:
     # The version is written into an apt preferences file and package specs: nothing but a version may reach them.
     if version and (not version_tuple(version) or bad_character(version) or not PACKAGE_VERSION_RE.fullmatch(version)):
         errors.append("nvidia_container_toolkit_version %r is not a version such as 1.17.8" % version)
+    cve_errors = accepted_cves_errors(request.get("accept_cves"))
+    errors += cve_errors
+    if version and version_tuple(version) and not cve_errors:
+        errors += insecure_version_errors(version, request.get("accept_cves"), "nvidia_container_toolkit_version")
     mode = request.get("mode", "full")
     if mode not in ("full", "cdi"):
         errors.append("nvidia_container_toolkit_mode %r: choose full or cdi" % mode)
@@ -95,6 +109,42 @@ def request_errors(request: t.Mapping[str, t.Any]) -> list[str]:
     return errors
 
 
+def open_cves(version: str) -> list[str]:
+    """The CVEs of SECURITY_FIXES that ``version`` (1.17.3, 1.17.3-1, 0:1.17.3-1) does not have the fix for; [] for a
+    version that does not parse (the version check reports that)."""
+    have = version_tuple(version)
+    if not have:
+        return []
+    return [cve for cve, fixed in SECURITY_FIXES if have < version_tuple(fixed)]
+
+
+def accepted_cves_errors(accepted: t.Any) -> list[str]:
+    """nvidia_container_toolkit_accept_cves must be a list of the CVE ids this collection knows."""
+    if accepted in (None, ""):
+        return []
+    known = [cve for cve, _fixed in SECURITY_FIXES]
+    if not isinstance(accepted, (list, tuple)):
+        return ["nvidia_container_toolkit_accept_cves must be a list of CVE ids such as [%s], not %r" % (known[-1], accepted)]
+    bad = [item for item in accepted if not isinstance(item, str) or not _CVE_RE.fullmatch(item) or item not in known]
+    if bad:
+        return ["nvidia_container_toolkit_accept_cves: %s: list only the toolkit CVEs this collection refuses unfixed "
+                "releases for (%s)" % (", ".join(repr(b) for b in bad), ", ".join(known))]
+    return []
+
+
+def insecure_version_errors(version: str, accepted: t.Any, what: str) -> list[str]:
+    """An error naming the CVEs ``version`` has not fixed that the user did not accept, and the fix; [] otherwise."""
+    accepted_list = list(accepted) if isinstance(accepted, (list, tuple)) else []
+    missing = [cve for cve in open_cves(version) if cve not in accepted_list]
+    if not missing:
+        return []
+    return ["%s %s lacks the fixes of %s (container escapes to the host; fixed in %s). Install %s or newer, or accept the "
+            "risk by naming every one of them in nvidia_container_toolkit_accept_cves: [%s]"
+            % (what, upstream(version), ", ".join(missing),
+               ", ".join("%s in %s" % (cve, fixed) for cve, fixed in SECURITY_FIXES if cve in missing),
+               SECURE_MIN_VERSION, ", ".join(open_cves(version)))]
+
+
 def pick_version(offered: t.Iterable[str], requested: str, source: str) -> tuple[str | None, list[str]]:
     """The offered package version for the request (the newest offered when none is requested), and errors."""
     offered = [str(v).strip() for v in offered if str(v).strip()]
@@ -116,6 +166,8 @@ def candidate_errors(candidate: str | None, request: t.Mapping[str, t.Any]) -> l
     if candidate and (mode == "cdi" or request.get("cdi")) and version_tuple(candidate) < version_tuple(CDI_MIN_VERSION):
         return ["nvidia-container-toolkit %s from the repository is too old for CDI, which needs %s or newer"
                 % (upstream(candidate), CDI_MIN_VERSION)]
+    if candidate and not accepted_cves_errors(request.get("accept_cves")):
+        return insecure_version_errors(candidate, request.get("accept_cves"), "nvidia-container-toolkit from the repository,")
     return []
 
 

@@ -111,6 +111,15 @@ options:
     description: Generate the spec even when the record says it is current.
     type: bool
     default: false
+  engines:
+    description:
+      - The container engines that will load the spec, a mapping of engine name (V(docker), V(containerd) or
+        V(podman)) to its installed version. Unset, the installed ones are read from dpkg's status file or pacman's local database.
+      - A generated spec whose C(cdiVersion) one of them cannot load (its vendored CDI library is older; Podman 4.9
+        loads 0.6.0 at most) is not written; the task fails naming the engine and the release that loads it. Check mode
+        does not generate, so it cannot predict this.
+      - V({}) checks nothing.
+    type: dict
 seealso:
   - module: gpuhost.nvidia.nvidia_gpu_facts
   - name: Support for Container Device Interface
@@ -210,7 +219,7 @@ import typing as t
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_text
 
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _files, _gpu_schema, _toolkit, _validate
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _cdi_compat, _doctor, _files, _gpu_schema, _toolkit, _validate
 
 ENV_C = {"LC_ALL": "C", "LANGUAGE": "C"}
 INSTALL_HINT = (
@@ -301,6 +310,7 @@ def main() -> None:
             nvidia_ctk=dict(type="path"),
             allow_missing_driver=dict(type="bool", default=True),
             force=dict(type="bool", default=False),
+            engines=dict(type="dict"),
         ),
         supports_check_mode=True,
     )
@@ -406,6 +416,12 @@ def main() -> None:
                     % (facts.get("state") or "no driver state", error))
         result["devices"] = []
     else:
+        engines = p["engines"] if p["engines"] is not None else _doctor.read_toolkit_host("/")["engines"]
+        cdi_version = _cdi_compat.spec_version(to_text(generated, errors="surrogate_or_replace"))
+        refused = _cdi_compat.rejections(cdi_version, engines) if cdi_version else []
+        if refused:
+            module.fail_json(msg="The generated CDI spec has cdiVersion %s, which an installed engine cannot load: %s. %s was not "
+                             "written." % (cdi_version, "; ".join(refused), spec), cmd=command, engines=engines)
         result["devices"] = devices_of(module, spec, generated)
         outcome = write(module, spec, generated, "dir/filename")
         changed = changed or outcome.changed

@@ -46,7 +46,15 @@ description:
     file is removed when it did not exist before); keys changed by hand since then are kept, and the file is then
     rewritten from the parsed content.
   - Without a record (a file changed by hand or by C(nvidia-ctk)), O(state=absent) removes the runtime, a default that
-    names it, the drop-in and the imports glob, and leaves C(features.cdi) / C(enable_cdi) alone.
+    names it, the drop-in and the imports glob, and leaves C(features.cdi) / C(enable_cdi) alone. The glob stays when
+    it is containerd's own C(/etc/containerd/conf.d/*.toml) (containerd 2.2 and later write it into their default
+    config; other drop-ins may live there) or when the main config was never changed by the module.
+  - A containerd main config without a C(version) line that already has C(imports), and no C(plugins) table or short
+    plugin names (which only version 1 understands), gets the drop-in and the import, as C(nvidia-ctk)'s
+    C(EnsureImports) does; its drop-in has version 2 unless O(config_version) says otherwise.
+  - An import that already names the drop-in directory, however it is spelt (C(conf.d/*.toml) relative to the main
+    config, C(/etc/containerd//conf.d/*.toml)), counts as present, because containerd resolves both to the same glob;
+    no second import is added.
   - For V(crio), the drop-in directory is the one the installed CRI-O reads. It is the default of the C(--config-dir)
     flag that C(crio --help) prints; without a C(crio) binary it is CRI-O's built-in default C(/etc/crio/crio.conf.d).
     C(nvidia-ctk) writes C(/etc/crio/conf.d/99-nvidia.toml), a directory CRI-O reads only when it is started with
@@ -396,7 +404,11 @@ def plan_absent(module: AnsibleModule, path: str, record: dict[str, dict[str, t.
                 new = _runtime.containerd_v1_remove(text, main, path, p["name"], *original(path))
             else:
                 glob = os.path.join(os.path.dirname(dropin), "*.toml")
-                new = _runtime.containerd_main_remove(text, main, path, glob, *original(path))
+                # The glob is the module's to take out only when it added it: a recorded drop-in with no record of
+                # the main config means the main config already imported it; without any record, containerd's
+                # own drop-in directory (the 2.2 default config's import) is left alone.
+                keep = path not in record and (dropin in record or glob == _runtime.CONTAINERD_DEFAULT_IMPORT)
+                new = _runtime.containerd_main_remove(text, main, path, glob, *original(path), keep_import=keep)
             planned.append((path, "path", text, new))
         elif text is not None and path in record and record[path]["original"] is None:
             planned.append((path, "path", text, None))  # created empty by the module, still empty

@@ -35,6 +35,11 @@ description:
   - "On the running system (O(root) V(/)) it runs C(journalctl -k -b) (else C(dmesg)), C(systemctl is-active
     nvidia-fabricmanager.service) and C(dockerd --version): C(docker_runtime) accepts no nvidia runtime when Docker
     28.2 or later enables CDI by default. Under another O(root) these are unknown."
+  - "The container toolkit checks: C(toolkit_cves) (the installed toolkit, from dpkg's status file, pacman's local
+    database or O(toolkit_version), against the releases that fixed CVE-2024-0132 (1.16.2), CVE-2025-23359 (1.17.4)
+    and CVE-2025-23266 (1.17.8); a toolkit binary whose version cannot be read is a warning) and C(apt_signed_by) (two
+    apt source entries, in C(/etc/apt/sources.list) or C(sources.list.d), for the same repository and suite with
+    different C(Signed-By) keys: apt's C(Conflicting values set for option Signed-By))."
   - The module changes nothing. It does not fail when a check fails; read RV(status) or RV(checks).
 author:
   - gpuhost.nvidia developers (@gpuhost)
@@ -81,6 +86,12 @@ options:
     type: list
     elements: path
     default: [/etc/cdi, /var/run/cdi]
+  toolkit_version:
+    description:
+      - The installed NVIDIA Container Toolkit version, for hosts whose package database the C(toolkit_cves) check
+        does not read (rpm), for example the output of C(nvidia-ctk --version). Unset, dpkg's status file and
+        pacman's local database under O(root) are read.
+    type: str
   compose_files:
     description:
       - Compose files (such as the override M(gpuhost.nvidia.gpu_compose_override) writes) whose GPU and MIG UUIDs
@@ -208,6 +219,7 @@ markdown:
   sample: "# GPU doctor: gpu01\n\n| status | check | evidence | fix |\n..."
 """
 
+import re
 import socket
 import typing as t
 
@@ -227,6 +239,8 @@ RULES: dict[str, _validate.Rule] = {
     "ecc_corrected_warn": _validate.Integer(0, 2 ** 31, "a count of ECC errors"),
     "skip": _validate.ListOf(_validate.Text(max_length=64, what="a check id")),
     "root": _validate.Path(directory=True),
+    "toolkit_version": _validate.Text(pattern=re.compile(r"^[0-9][0-9A-Za-z.+~:-]{0,63}$"), max_length=64,
+                                      what="a toolkit version such as 1.17.8"),
 }
 
 
@@ -246,6 +260,7 @@ def main() -> None:
             ecc_corrected_warn=dict(type="int", default=_doctor.DEFAULTS["ecc_corrected_warn"]),
             skip=dict(type="list", elements="str", default=[]),
             root=dict(type="path", default="/"),
+            toolkit_version=dict(type="str"),
         ),
         supports_check_mode=True,
     )

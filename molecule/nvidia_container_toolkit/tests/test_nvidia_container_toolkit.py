@@ -286,6 +286,19 @@ def test_crio_dropin(host, gpuhost_instance):
     assert dropin == {"crio": {"runtime": {"runtimes": {"nvidia": nvidia}}}}
 
 
+def test_toolkit_config_toml_holds_the_asked_keys(host, gpuhost_instance):
+    path = "/etc/nvidia-container-runtime/config.toml"
+    if family(gpuhost_instance) != "debian12":
+        assert not host.file(path).exists or "gpuhost.nvidia" not in host.file(path).content_string
+        return
+    doc = tomllib.loads(host.file(path).content_string)
+    assert doc == {"accept-nvidia-visible-devices-envvar-when-unprivileged": False,
+                   "nvidia-container-runtime": {"mode": "auto"},
+                   "features": {"ignore-imex-channel-requests": True}}
+    record = json.loads(host.file("/var/lib/gpuhost/nvidia_container_toolkit_config.json").content_string)
+    assert record[path]["original"] is None  # the stub package ships no config.toml: absent removes the file
+
+
 def main_pid(host, unit: str) -> str:
     return host.run("systemctl show --property=MainPID --value %s" % unit).stdout.strip()
 
@@ -388,6 +401,8 @@ def test_bad_inputs_fail_before_any_change(host, gpuhost_instance):
     assert "line 2 column 1" in report["invalid_json"] or "Expecting" in report["invalid_json"]
     assert "1.16.2 is not in the apt repository" in report["missing_version"]
     assert "offers 1.17.8, 1.18.0" in report["missing_version"]
+    assert "1.17.7 lacks the fixes of CVE-2025-23266" in report["cve_floor"]
+    assert "nvidia_container_toolkit_accept_cves: [CVE-2025-23266]" in report["cve_floor"]
     assert "1.11.0 is too old for CDI" in report["cdi_too_old"]
     assert "nvidia_container_toolkit_node_labels_file: 'etc/node-labels' is not an absolute path" in report["relative_labels"]
     assert "nvidia_container_toolkit_cdi_refresh_before[0]: 'docker.service\\n' holds the control character" in report["unit_newline"]

@@ -290,11 +290,13 @@ def test_summary_lines_are_one_line_each(summary):
 
 def test_doctor_fails_exactly_what_a_gpu_less_container_lacks(summary):
     doctor = [line.strip().lstrip("- ") for line in summary if line.strip().lstrip("- ").startswith("gpu_doctor: ")]
-    # 19 checks; boot_kernel is ok in a container (no installed kernel under /lib/modules to boot into). A container has
+    # 22 checks; boot_kernel is ok in a container (no installed kernel under /lib/modules to boot into). A container has
     # no EFI variables, so the doctor cannot see Secure Boot and says so (warn), as it fails closed. Nor can it read the
     # kernel log (the container's journal holds no kernel messages, and the kernel refuses it dmesg): xid warns that
-    # Xid errors are unknown. fabric_manager is ok (no NVSwitch on the PCI bus), nvlink is ok (no NVML, no link state).
-    assert sorted(doctor) == sorted(["gpu_doctor: fail (15 ok, 2 warn, 2 fail)", "gpu_doctor: secure_boot: warn",
+    # Xid errors are unknown. fabric_manager is ok (no NVSwitch on the PCI bus), nvlink is ok (no NVML, no link state);
+    # toolkit_cves, apt_signed_by and cdi_version are ok (toolkit 1.17.8 or newer, one Signed-By per repository, a
+    # 0.5.0 spec).
+    assert sorted(doctor) == sorted(["gpu_doctor: fail (18 ok, 2 warn, 2 fail)", "gpu_doctor: secure_boot: warn",
                                      "gpu_doctor: xid: warn", "gpu_doctor: driver_loaded: fail", "gpu_doctor: device_nodes: fail"])
 
 

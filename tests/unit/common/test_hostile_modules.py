@@ -53,6 +53,8 @@ def _good(tmp: str) -> dict[str, dict[str, t.Any]]:
         "nvidia_cdi_spec": {"dir": os.path.join(tmp, "cdi"), "record": os.path.join(tmp, "cdi-record.json"), "facts": FACTS},
         "nvidia_container_restart_plan": {"engines": [{"name": "docker"}]},
         "nvidia_container_runtime": {"runtime": "docker", "path": os.path.join(tmp, "daemon.json")},
+        "nvidia_container_toolkit_config": {"path": os.path.join(tmp, "config.toml"), "record": os.path.join(tmp, "tk-record.json"),
+                                            "no_cgroups": True},
         "nvidia_driver_host": {},
         "nvidia_gpu_doctor": {"facts": FACTS, "root": tmp},
         "nvidia_gpu_facts": {"root": tmp},
@@ -198,6 +200,7 @@ FILE_OPTIONS = [
     ("gpuhost_converged", "path", True),
     ("nvidia_cdi_spec", "record", True),
     ("nvidia_container_runtime", "path", True),
+    ("nvidia_container_toolkit_config", "path", True), ("nvidia_container_toolkit_config", "record", True),
     ("nvidia_gpu_doctor", "docker_daemon_json", False), ("nvidia_gpu_doctor", "containerd_config", False),
     ("vfio_kernel_args", "path", True),
 ]

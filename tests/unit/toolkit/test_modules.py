@@ -214,3 +214,17 @@ def test_cdi_explicit_dir_still_reports_the_refresh_units(run_module, tmp_path):
     assert mine["duplicates"] == [] and (tmp_path / "cdi" / "nvidia.json").exists()
     bad = run_module(nvidia_cdi_spec, dict(args, dir="autox"))
     assert bad["failed"] and "dir:" in bad["msg"]
+
+
+def test_cdi_spec_an_engine_cannot_load_is_not_written(run_module, tmp_path):
+    # The stub writes cdiVersion 0.5.0, as nvidia-ctk does for a spec without newer features. containerd 1.7.0 vendors
+    # CDI library v0.5.4 (0.5.0 at most), podman 4.1 v0.4.0 (0.4.0 at most: refused, naming the release that loads it).
+    etc = tmp_path / "etc-cdi"
+    args = {"dir": str(etc), "record": str(tmp_path / "r.json"), "nvidia_ctk": _ctk(tmp_path), "facts": {"state": "ok", "gpus": []},
+            "_ansible_remote_tmp": str(tmp_path), "engines": {"containerd": "1.7.0", "podman": "4.1.1"}}
+    refused = run_module(nvidia_cdi_spec, args)
+    assert refused["failed"] and not (etc / "nvidia.yaml").exists()
+    assert "podman 4.1.1 loads CDI specs up to cdiVersion 0.4.0, not 0.5.0: upgrade podman to 4.3.0 or later" in refused["msg"]
+    assert "containerd" not in refused["msg"].split("cannot load:")[1]
+    written = run_module(nvidia_cdi_spec, dict(args, engines={"containerd": "1.7.0", "podman": "4.9.3"}))
+    assert written["changed"] and (etc / "nvidia.yaml").exists()

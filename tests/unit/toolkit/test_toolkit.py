@@ -27,6 +27,9 @@ def test_versions():
     assert _toolkit.upstream("1:1.17.8-1") == "1.17.8"
 
 
+ALL_CVES = ["CVE-2024-0132", "CVE-2025-23359", "CVE-2025-23266"]
+
+
 def test_request_errors_accepts_the_defaults():
     assert _toolkit.request_errors({"version": "", "mode": "full", "cdi": True, "runtimes": ["docker"]}) == []
 
@@ -34,8 +37,8 @@ def test_request_errors_accepts_the_defaults():
 @pytest.mark.parametrize("request_, fragment", [
     ({"version": "banana"}, "'banana' is not a version"),
     ({"mode": "lite"}, "'lite': choose full or cdi"),
-    ({"version": "1.11.0", "mode": "cdi"}, "1.11.0 is too old for CDI (nvidia_container_toolkit_mode: cdi)"),
-    ({"version": "1.10.0", "cdi": True}, "CDI needs 1.12.0 or newer"),
+    ({"version": "1.11.0", "mode": "cdi", "accept_cves": ALL_CVES}, "1.11.0 is too old for CDI (nvidia_container_toolkit_mode: cdi)"),
+    ({"version": "1.10.0", "cdi": True, "accept_cves": ALL_CVES}, "CDI needs 1.12.0 or newer"),
     ({"mode": "cdi", "runtimes": ["docker"]}, "has no nvidia-container-runtime for docker"),
     ({"cdi_location": "/tmp/cdi"}, "'/tmp/cdi': choose auto"),
     ({"cdi_device_name_strategy": "type-index"}, "'type-index': choose index or uuid"),
@@ -46,7 +49,7 @@ def test_request_errors(request_, fragment):
 
 
 def test_old_version_without_cdi_is_fine():
-    assert _toolkit.request_errors({"version": "1.10.0", "cdi": False}) == []
+    assert _toolkit.request_errors({"version": "1.10.0", "cdi": False, "accept_cves": ALL_CVES}) == []
 
 
 def test_pick_version():
@@ -62,7 +65,7 @@ def test_pick_version():
 
 def test_candidate_errors():
     assert _toolkit.candidate_errors("1.11.0-1", {"cdi": True})[0].startswith("nvidia-container-toolkit 1.11.0 from")
-    assert _toolkit.candidate_errors("1.11.0-1", {"cdi": False, "mode": "full"}) == []
+    assert _toolkit.candidate_errors("1.11.0-1", {"cdi": False, "mode": "full", "accept_cves": ALL_CVES}) == []
     assert _toolkit.candidate_errors("1.17.8-1", {"mode": "cdi"}) == []
 
 
