@@ -106,6 +106,15 @@ options:
     type: list
     elements: str
     default: []
+  gpu_operator:
+    description:
+      - The components (V(driver), V(toolkit)) to look for signs of the GPU Operator's own on this host, as
+        M(gpuhost.nvidia.gpu_operator_check) does, in the same call; RV(gpu_operator_refusals) says why each found one
+        must not get a second. The C(gpuhost.nvidia.nvidia_driver) role asks for V(driver) and stops on a refusal.
+    type: list
+    elements: str
+    choices: [driver, toolkit]
+    default: []
 seealso:
   - module: gpuhost.nvidia.nvidia_gpu_facts
   - module: ansible.builtin.package_facts
@@ -131,6 +140,18 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+gpu_operator_refusals:
+  description: One sentence per component of O(gpu_operator) the GPU Operator runs here, naming what was seen and the
+    Operator setting to change; empty when none.
+  returned: always
+  type: list
+  elements: str
+  sample: []
+gpu_operator_evidence:
+  description: What was seen of the GPU Operator's driver and toolkit on the host (empty lists without O(gpu_operator)).
+  returned: always
+  type: dict
+  sample: {"driver": [], "toolkit": []}
 packages:
   description:
     - The installed packages named in O(packages) or starting with one of O(package_prefixes), by name, each a list of
@@ -211,7 +232,7 @@ import typing as t
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_text
 
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _driver, _files
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _driver, _files, _gpu_operator
 
 C_ENV = {"LC_ALL": "C", "LANGUAGE": "C"}
 
@@ -301,6 +322,7 @@ def main() -> None:
             "headers_dir": {"type": "path"},
             "headers_package": {"type": "str", "default": ""},
             "offered_packages": {"type": "list", "elements": "str", "default": []},
+            "gpu_operator": {"type": "list", "elements": "str", "default": [], "choices": list(_gpu_operator.COMPONENTS)},
         },
         supports_check_mode=True,
     )
@@ -333,6 +355,7 @@ def main() -> None:
         if not headers_present and params["headers_package"] and pkg_mgr in _driver.HEADERS_QUERIES:
             headers_offered = offered(module, pkg_mgr, params["headers_package"])
     offered_answer, offered_asked = offered_rows(module, pkg_mgr, params["offered_packages"])
+    operator_evidence = _gpu_operator.host_evidence("/") if params["gpu_operator"] else {c: [] for c in _gpu_operator.COMPONENTS}
 
     module.exit_json(
         changed=False,
@@ -347,6 +370,8 @@ def main() -> None:
         headers_offered=headers_offered,
         offered=offered_answer,
         offered_asked=offered_asked,
+        gpu_operator_evidence=operator_evidence,
+        gpu_operator_refusals=_gpu_operator.refusals(operator_evidence, params["gpu_operator"]),
     )
 
 

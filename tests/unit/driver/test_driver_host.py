@@ -509,3 +509,22 @@ def test_the_host_read_asks_ahead_only_for_sources_without_a_repository(variable
         task = next(t for t in yaml.safe_load(handle) if "gpuhost.nvidia.nvidia_driver_host" in t)
     assert task["gpuhost.nvidia.nvidia_driver_host"]["offered_packages"] == (
         "{{ __nvidia_driver_offered_ask if __nvidia_driver_pkg_mgr | default('') == 'apt' else [] }}")
+
+
+@pytest.mark.parametrize("asked, refused", [([], False), (["driver"], True), (["toolkit"], False)])
+def test_the_gpu_operators_driver_is_read_in_the_same_call(monkeypatch, tmp_path, asked, refused):
+    """The Operator's driver container on the host (its PID file under the root, _gpu_operator's evidence) is refused
+    when the call asks about the driver, naming the Operator setting; not asked, or asked about the toolkit, it is not."""
+    from ansible_collections.gpuhost.nvidia.plugins.module_utils import _gpu_operator  # pylint: disable=import-outside-toplevel
+
+    (tmp_path / "run/nvidia").mkdir(parents=True)
+    (tmp_path / "run/nvidia/nvidia-driver.pid").write_text("4242\n")
+    real = _gpu_operator.host_evidence
+    monkeypatch.setattr(_gpu_operator, "host_evidence", lambda root="/": real(str(tmp_path)))
+    host = Host(monkeypatch, {"dpkg-query": (0, DPKG, "")})
+    result = host.run(package_manager="apt", gpu_operator=asked)
+    assert bool(result["gpu_operator_refusals"]) is refused
+    if refused:
+        assert "nvidia-driver.pid" in result["gpu_operator_refusals"][0] and "driver.enabled=false" in result["gpu_operator_refusals"][0]
+    if not asked:
+        assert result["gpu_operator_evidence"] == {"driver": [], "toolkit": []}
