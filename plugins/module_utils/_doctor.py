@@ -944,6 +944,8 @@ def check_nvlink(facts: dict[str, t.Any], host: dict[str, t.Any], params: dict[s
                      "Read the link state and errors (`nvidia-smi nvlink -s`, `nvidia-smi nvlink -e`); on an NVSwitch host "
                      "check Fabric Manager; a link that stays down means reseating or replacing the GPU or baseboard")
     return check("nvlink", title, OK, "%d active NVLinks on each of %d GPU(s)" % (most, len(counts)))
+
+
 def check_toolkit_cves(facts: dict[str, t.Any], host: dict[str, t.Any], params: dict[str, t.Any]) -> dict[str, str]:
     """The installed NVIDIA Container Toolkit against the releases that fixed its container escapes
     (_toolkit.SECURITY_FIXES). A toolkit whose version cannot be read is a warning, not a pass."""

@@ -97,7 +97,7 @@ def test_features_file_and_boot_unit(host, gpuhost_instance):
     verify = host.run("systemd-analyze verify /etc/systemd/system/" + UNIT)
     assert "gpuhost-k8s-node-labels" not in verify.stderr.replace(UNIT + ":", ""), verify.stderr
     script = host.file("/usr/local/lib/gpuhost/k8s_gpu_node/k8s-node-labels")
-    assert script.mode == 0o755
+    assert script.mode == 0o644  # read by the interpreter the unit names, not executed itself
     lib = "/usr/local/lib/gpuhost/k8s_gpu_node/ansible_collections/gpuhost/nvidia/plugins/module_utils"
     # The copied library imports on the host's own Python, without Ansible.
     probe = host.run("python3 -B -c 'import sys; sys.path.insert(0, \"/usr/local/lib/gpuhost/k8s_gpu_node\"); "

@@ -312,8 +312,7 @@ def test_subkeys_agree_with_gpg(keys, name):
     key = _gpg.read_key(keys[name].binary)
     [state] = key.states
     theirs = gpg_keys.colons_subkeys(keys["home"], keys[name].binary)
-    assert [sub.fingerprint for sub in state.subkeys] == [
-        fpr for fpr in gpg_keys.colons_fingerprints_all(keys["home"], keys[name].binary)[1:]]
+    assert [sub.fingerprint for sub in state.subkeys] == gpg_keys.colons_fingerprints_all(keys["home"], keys[name].binary)[1:]
     for sub, (validity, expires, caps) in zip(state.subkeys, theirs):
         assert sub.signs is ("s" in caps)
         assert sub.expires == (int(expires) if expires else None)
