@@ -128,7 +128,7 @@ HOSTILE = [
 ]
 
 
-@pytest.mark.parametrize(("params", "named"), HOSTILE, ids=[repr(p)[:60] for p, _ in HOSTILE])
+@pytest.mark.parametrize(("params", "named"), HOSTILE, ids=[repr(case[0])[:60] for case in HOSTILE])
 def test_hostile_and_wrong_values_are_refused_naming_the_key_and_the_fix(params, named):
     found = _nvreg.errors(params)
     assert len(found) == 1, found
