@@ -40,6 +40,14 @@ CAPABILITIES = ("gpu", "compute", "utility", "graphics", "video", "display")
 DRIVER_CAPABILITIES = ("compute", "utility", "graphics", "video", "display")
 DEFAULT_DRIVER_CAPABILITIES = "compute,utility"
 DEFAULT_CDI_KIND = "nvidia.com/gpu"
+# Where a service's GPU request goes: the long form (deploy.resources.reservations.devices) or the service-level gpus
+# attribute of the compose specification; Docker Compose turns either into the same device requests.
+REQUEST_FORMS = ("deploy", "gpus")
+# What to do about a GPU request a project's own compose file already makes for a managed service. Compose appends
+# sequences when it merges files, so a request in the base file survives the override and widens what it grants:
+# "refuse" stops before writing, naming it; "replace" writes the override's request with !override and resets the
+# other form with !reset (Docker Compose 2.24.4 and later; the tags are not known to Compose v1).
+BASE_REQUEST_POLICIES = ("refuse", "replace")
 HEADER = "# GPU override written by Ansible (gpuhost.nvidia.gpu_compose_override). Services that the task\n" \
     "# does not manage are kept as they are; managed services are rewritten on every run.\n"
 
@@ -635,10 +643,15 @@ def _reservation(svc: dict[str, t.Any], caps: list[str], ids: list[str] | None, 
     return entry
 
 
-def _request_errors(strategy: t.Any, id_format: t.Any, cdi_kind: t.Any, services: list[dict[str, t.Any]]) -> list[str]:
+def _request_errors(strategy: t.Any, id_format: t.Any, cdi_kind: t.Any, services: list[dict[str, t.Any]],
+                    request_form: t.Any = "deploy", base_requests: t.Any = "refuse") -> list[str]:
     """What is wrong with a request before any GPU facts are looked at (``services`` are the caller's copies: a count
     given as digits becomes an integer)."""
     errors: list[str] = []
+    if request_form not in REQUEST_FORMS:
+        errors.append("request_form %r is not one of %s" % (request_form, ", ".join(REQUEST_FORMS)))
+    if base_requests not in BASE_REQUEST_POLICIES:
+        errors.append("base_requests %r is not one of %s" % (base_requests, ", ".join(BASE_REQUEST_POLICIES)))
     if strategy not in STRATEGIES:
         errors.append("strategy %r is not one of %s" % (strategy, ", ".join(STRATEGIES)))
     if id_format not in ID_FORMATS:
@@ -677,7 +690,8 @@ def request_errors(request: t.Mapping[str, t.Any]) -> list[str]:
             copy["memory_mib"] = int(copy["memory_mib"])
         copies.append(copy)
     return _request_errors(request.get("strategy") or "explicit", request.get("id_format") or "uuid",
-                           request.get("cdi_kind") or DEFAULT_CDI_KIND, copies)
+                           request.get("cdi_kind") or DEFAULT_CDI_KIND, copies,
+                           request.get("request_form") or "deploy", request.get("base_requests") or "refuse")
 
 
 def build(request: dict[str, t.Any], facts: dict[str, t.Any] | None) -> Plan:
@@ -687,10 +701,12 @@ def build(request: dict[str, t.Any], facts: dict[str, t.Any] | None) -> Plan:
     id_format = request.get("id_format") or "uuid"
     vm_mode = bool(request.get("vm_mode"))
     cdi_kind = request.get("cdi_kind") or DEFAULT_CDI_KIND
+    form = request.get("request_form") or "deploy"
+    replace = (request.get("base_requests") or "refuse") == "replace"
     services = [dict(s) for s in request.get("services") or []]
     facts = facts or None
 
-    errors = _request_errors(strategy, id_format, cdi_kind, services)
+    errors = _request_errors(strategy, id_format, cdi_kind, services, form, "replace" if replace else "refuse")
     if len(services) > 256:
         raise ComposeError("; ".join(errors))
     if strategy != "explicit" and not facts:
@@ -740,8 +756,9 @@ def build(request: dict[str, t.Any], facts: dict[str, t.Any] | None) -> Plan:
                     plan.warnings.append(
                         "service %r: the facts have no UUID for device %s, so it is named by index" % (name, unit.index_id)
                     )
-        plan.services[name] = entry = _service_entry(svc, ids, units, vm_mode, vm_devices, vm_volumes, cdi_kind)
-        reserved = entry.get("deploy", {}).get("resources", {}).get("reservations", {}).get("devices", [{}])[0]
+        plan.services[name] = entry = _service_entry(svc, ids, units, vm_mode, vm_devices, vm_volumes, cdi_kind,
+                                                     form, replace)
+        reserved = {} if vm_mode else gpu_requests(entry)[0]
         if "device_ids" in reserved:
             plan.assignment[name] = list(reserved["device_ids"])  # what the file holds (CDI names for driver cdi)
         else:
@@ -786,6 +803,8 @@ def _service_entry(
     vm_devices: list[str],
     vm_volumes: list[dict[str, t.Any]],
     cdi_kind: str,
+    form: str = "deploy",
+    replace: bool = False,
 ) -> dict[str, t.Any]:
     caps = list(dict.fromkeys(svc.get("capabilities") or ["gpu"]))
     driver = svc.get("driver") or "nvidia"
@@ -807,7 +826,17 @@ def _service_entry(
         env["NVIDIA_DRIVER_CAPABILITIES"] = "all"
         env["NVIDIA_DISABLE_REQUIRE"] = "1"
     else:
-        entry["deploy"] = {"resources": {"reservations": {"devices": [_reservation(svc, caps, ids, cdi_kind)]}}}
+        requested = [_reservation(svc, caps, ids, cdi_kind)]
+        ours = Tagged("!override", requested) if replace else requested
+        reset = Tagged("!reset", [])
+        if form == "gpus":
+            entry["gpus"] = ours
+            if replace:
+                entry["deploy"] = {"resources": {"reservations": {"devices": reset}}}
+        else:
+            entry["deploy"] = {"resources": {"reservations": {"devices": ours}}}
+            if replace:
+                entry["gpus"] = reset
         if driver == "cdi":
             env.pop("NVIDIA_VISIBLE_DEVICES", None)
 
@@ -828,6 +857,51 @@ def _service_entry(
     if svc.get("runtime"):
         entry["runtime"] = svc["runtime"].strip()
     return entry
+
+
+def _untagged(value: t.Any) -> t.Any:
+    """What a merge tag leaves of a value: a reset is nothing, an override its value."""
+    if isinstance(value, Tagged):
+        return None if value.tag == "!reset" else value.value
+    return value
+
+
+def gpu_requests(entry: t.Any) -> list[t.Any]:
+    """The GPU requests a service entry makes, in either form (the service-level gpus attribute as a list; ``all``
+    as one request for every GPU); [] for none. A reset (!reset) is none; an !override is read through."""
+    entry = _untagged(entry)
+    if not isinstance(entry, dict):
+        return []
+    found: list[t.Any] = []
+    gpus = _untagged(entry.get("gpus"))
+    if gpus == "all":
+        found.append({"count": "all"})
+    elif isinstance(gpus, list):
+        found.extend(gpus)
+    devices = _untagged(entry.get("deploy"))
+    for key in ("resources", "reservations", "devices"):
+        devices = _untagged(devices.get(key)) if isinstance(devices, dict) else None
+    if isinstance(devices, list):
+        found.extend(devices)
+    return found
+
+
+def base_request_errors(documents: t.Iterable[tuple[str, t.Any]], names: t.Iterable[str]) -> list[str]:
+    """For base_requests=refuse: every managed service that a project's own compose file (``documents``: its path and
+    parsed content) already gives GPUs, naming the file, the service, the request and the two ways out."""
+    errors = []
+    wanted = set(names)
+    for source, document in documents:
+        services = document.get("services") if isinstance(document, dict) else None
+        for name in sorted(wanted & set(services or {})) if isinstance(services, dict) else []:
+            requests = gpu_requests(services[name])
+            if requests:
+                errors.append(
+                    "service %r: the project's compose file %s already requests GPUs (%s); Compose appends the "
+                    "override's request to it, so the service would get more GPUs than the override grants. Remove "
+                    "the request from %s, or set base_requests: replace (written with !override/!reset, which needs "
+                    "Docker Compose 2.24.4 or later)" % (name, source, show(plain(requests)), source))
+    return errors
 
 
 def _visible_devices(svc: dict[str, t.Any], ids: list[str] | None, units: list[Unit] | None, vm_mode: bool) -> dict[str, str]:
@@ -896,6 +970,41 @@ def unmanaged(existing: t.Any, services: dict[str, t.Any]) -> list[str]:
     return sorted(k for k in (current or {}) if k not in services)
 
 
+class Tagged(list):
+    """A value carrying one of Compose's merge tags (``!override``, ``!reset``): a list for sequences, so code that
+    reads requests reads it as one; ``value`` holds a mapping or scalar. Equal only to the same tag and value, so an
+    override file that lost or gained a tag is a change."""
+
+    TAGS = ("!override", "!reset")
+
+    def __init__(self, tag: str, value: t.Any) -> None:
+        super().__init__(value if isinstance(value, list) else [])
+        self.tag = tag
+        self.value = value
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Tagged) and other.tag == self.tag and other.value == self.value
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return "Tagged(%r, %r)" % (self.tag, self.value)
+
+
+def plain(value: t.Any) -> t.Any:
+    """``value`` without merge tags (a tagged value becomes its value), for results and messages."""
+    if isinstance(value, Tagged):
+        return plain(value.value)
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    return value
+
+
 if HAS_YAML:
 
     class _Dumper(yaml.SafeDumper):  # pylint: disable=too-many-ancestors
@@ -904,6 +1013,32 @@ if HAS_YAML:
         def increase_indent(self, flow: bool = False, indentless: bool = False) -> t.Any:
             return super().increase_indent(flow, False)
 
+    def _represent_tagged(dumper: t.Any, data: Tagged) -> t.Any:
+        value = data.value
+        if isinstance(value, list):
+            return dumper.represent_sequence(data.tag, value)
+        if isinstance(value, dict):
+            return dumper.represent_mapping(data.tag, value)
+        return dumper.represent_scalar(data.tag, "null" if value is None else str(value))
+
+    _Dumper.add_representer(Tagged, _represent_tagged)
+
+    class _Loader(yaml.SafeLoader):  # pylint: disable=too-many-ancestors
+        """YAML's safe loader that keeps Compose's merge tags (!override, !reset) on the values they mark."""
+
+    def _construct_tagged(loader: t.Any, node: t.Any) -> Tagged:
+        if isinstance(node, yaml.SequenceNode):
+            value: t.Any = loader.construct_sequence(node, deep=True)
+        elif isinstance(node, yaml.MappingNode):
+            value = loader.construct_mapping(node, deep=True)
+        else:
+            value = yaml.SafeLoader.construct_yaml_null(loader, node) if node.value in ("", "null", "~") \
+                else loader.construct_scalar(node)
+        return Tagged(node.tag, value)
+
+    for _tag in Tagged.TAGS:
+        _Loader.add_constructor(_tag, _construct_tagged)
+
 
 def parse(text: str, source: str = "") -> t.Any:
     """Load an existing override file (``source`` names it in errors). Raises ComposeError on YAML errors."""
@@ -911,7 +1046,7 @@ def parse(text: str, source: str = "") -> t.Any:
     if not HAS_YAML:
         raise ComposeError("PyYAML is needed to read the existing override file%s" % where)
     try:
-        return yaml.safe_load(text) if text.strip() else None
+        return yaml.load(text, Loader=_Loader) if text.strip() else None  # nosec B506: a SafeLoader subclass
     except yaml.YAMLError as exc:
         raise ComposeError("the existing override file is not valid YAML%s: %s" % (where, exc)) from exc
     except RecursionError as exc:

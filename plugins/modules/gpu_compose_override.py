@@ -207,13 +207,40 @@ options:
     default: false
   compose_files:
     description:
-      - The project's own compose files, merged before the override by O(validate=true).
+      - The project's own compose files, merged before the override by O(validate=true) and read for GPU requests of
+        the managed services by O(base_requests=refuse).
       - Defaults to C(compose.yaml), C(compose.yml), C(docker-compose.yaml) or C(docker-compose.yml) in the
         directory of O(path), whichever exists first.
       - A relative path is relative to the directory of O(path). Paths may not hold C(.) or C(..) components.
     type: list
     elements: path
     default: []
+  request_form:
+    description:
+      - Where each service's GPU request is written. V(deploy) is the long form,
+        C(deploy.resources.reservations.devices), which every Compose version reads. V(gpus) is the service-level
+        C(gpus) attribute of the compose specification, which Docker Compose v2 reads (Compose v1 refuses it); Compose
+        turns both into the same device requests.
+      - Not used with O(vm_mode=true), which writes no GPU request.
+    type: str
+    choices: [deploy, gpus]
+    default: deploy
+    version_added: 0.2.0
+  base_requests:
+    description:
+      - What to do when the project's own compose file (O(compose_files)) already requests GPUs for a managed service.
+        Compose appends sequences when it merges files, so such a request survives the override and the service gets
+        more GPUs than the override grants.
+      - V(refuse) reads the project's compose files before anything is written and fails naming each such service,
+        file and request. It writes plain YAML that every Compose version reads. A file that cannot be read or parsed
+        fails the task too, since what it requests is unknown.
+      - V(replace) writes the service's request with the C(!override) tag and resets the other form with
+        C(!reset []), so the merged project holds exactly the override's request whatever the base file says. The
+        tags need Docker Compose 2.24.4 or later; Compose v1 cannot read the file.
+    type: str
+    choices: [refuse, replace]
+    default: refuse
+    version_added: 0.2.0
 seealso:
   - module: gpuhost.nvidia.nvidia_gpu_facts
   - name: Compose GPU support
@@ -402,6 +429,28 @@ def base_files(path: str, given: list[str]) -> tuple[list[str], list[str]]:
     return [], []
 
 
+def base_refusals(module: AnsibleModule, path: str, plan: _compose.Plan) -> None:
+    """base_requests=refuse: fail, before anything is written, when a project compose file requests GPUs for a managed
+    service, or cannot be read to tell."""
+    try:
+        files, missing = base_files(path, module.params["compose_files"])
+        documents = []
+        for name in files:
+            full = os.path.join(os.path.dirname(path), name)
+            data = _files.read_bytes(full, "compose_files")
+            if data is not None:
+                documents.append((full, _compose.parse(data.decode("utf-8"), full)))
+    except (_files.FileError, _compose.ComposeError, UnicodeDecodeError) as exc:
+        module.fail_json(msg="base_requests=refuse: a project compose file cannot be read to check it for GPU requests "
+                             "of the managed services, so the override could widen them: %s" % exc, path=path)
+    if missing:
+        use = "to validate with" if module.params["validate"] else "to check for GPU requests"
+        module.fail_json(msg="compose_files: compose file(s) %s do not exist: %s" % (use, ", ".join(missing)), path=path)
+    errors = _compose.base_request_errors(documents, plan.services)
+    if errors:
+        module.fail_json(msg="; ".join(errors), errors=errors, path=path)
+
+
 def load_record(path: str) -> dict[str, str | None]:
     """The record: per override file, the text it held before the module's first change (None: it did not exist)."""
     record = _files.read_json_record(path).data
@@ -447,7 +496,7 @@ def absent(module: AnsibleModule, path: str, record_path: str) -> None:
         module.fail_json(msg=str(exc), path=path)
     new_record = {k: v for k, v in record.items() if k != path}
     result: dict[str, t.Any] = dict(changed=False, path=path, removed=False, services={}, assignment={},
-                                    unmanaged_services=_compose.unmanaged(document, {}), document=document,
+                                    unmanaged_services=_compose.unmanaged(document, {}), document=_compose.plain(document),
                                     validated_with=None, diff={"before": "", "after": ""})
     try:
         if before is not None and content is None:
@@ -485,6 +534,8 @@ def main() -> None:
             backup=dict(type="bool", default=False),
             validate=dict(type="bool", default=False),
             compose_files=dict(type="list", elements="path", default=[]),
+            request_form=dict(type="str", choices=list(_compose.REQUEST_FORMS), default="deploy"),
+            base_requests=dict(type="str", choices=list(_compose.BASE_REQUEST_POLICIES), default="refuse"),
         ),
         add_file_common_args=True,
         supports_check_mode=True,
@@ -510,6 +561,8 @@ def main() -> None:
         "cdi_kind": params["cdi_kind"],
         "vm_mode": params["vm_mode"],
         "services": params["services"],
+        "request_form": params["request_form"],
+        "base_requests": params["base_requests"],
     }
 
     # Plan: everything is computed and checked before the file is touched; the request before the host is read.
@@ -517,6 +570,8 @@ def main() -> None:
         plan = _compose.build(request, params["facts"])
     except _compose.ComposeError as exc:
         module.fail_json(msg=str(exc), path=path)
+    if params["base_requests"] == "refuse" and not params["vm_mode"]:
+        base_refusals(module, path, plan)
     try:
         existing_bytes = _files.read_bytes(path, "path")
         existing = _compose.parse(existing_bytes.decode("utf-8"), path) if existing_bytes is not None else None
@@ -577,10 +632,10 @@ def main() -> None:
     result: dict[str, t.Any] = dict(
         changed=outcome.changed,
         path=path,
-        services=plan.services,
+        services=_compose.plain(plan.services),
         assignment=plan.assignment,
         unmanaged_services=_compose.unmanaged(document, plan.services),
-        document=document,
+        document=_compose.plain(document),
         validated_with=validated_with,
         diff=outcome.diff,
     )

@@ -10,7 +10,41 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 
 packages() {
     # bindep lines: "name [platform:dpkg test]"; comments and blank lines skipped; only dpkg-platform entries.
-    sed -e 's/#.*//' "$repo/bindep.txt" | awk 'NF && /platform:dpkg/ {print $1}'
+    sed -e 's/#.*//' "$repo/bindep.txt" | awk 'NF && /platform:dpkg/ && !/trixie-extract/ {print $1}'
+}
+
+# bindep lines with the trixie-extract profile: newer tools than the machine's release has (Debian 13's Compose v2 on a
+# Debian 12 machine). They are downloaded from Debian 13 with a private apt configuration, which leaves the machine's
+# apt state alone, and unpacked (dpkg-deb -x, nothing installed, no maintainer scripts) under .cache/tools/trixie,
+# where the tests that use them look.
+extract_packages() {
+    sed -e 's/#.*//' "$repo/bindep.txt" | awk 'NF && /trixie-extract/ {print $1}'
+}
+
+extract_trixie() {
+    local want dest apt opts deb
+    mapfile -t want < <(extract_packages)
+    ((${#want[@]} > 0)) || return 0
+    dest="$repo/.cache/tools/trixie"
+    if [[ -f "$dest/.packages" && "$(cat "$dest/.packages")" == "${want[*]}" ]]; then
+        return 0
+    fi
+    apt="$repo/.cache/apt-trixie"
+    mkdir -p "$apt/lists/partial" "$apt/archives/partial"
+    printf 'deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian trixie main\n' \
+        >"$apt/sources.list"
+    opts=(-o "Dir::Etc::SourceList=$apt/sources.list" -o Dir::Etc::SourceParts=/dev/null -o "Dir::State::Lists=$apt/lists"
+          -o "Dir::Cache=$apt" -o "Dir::Cache::archives=$apt/archives" -o APT::Sandbox::User=root)
+    echo "[deps] Debian 13 packages, unpacked under .cache/tools/trixie: ${want[*]}"
+    apt-get "${opts[@]}" update -qq
+    rm -f "$apt"/archives/*.deb
+    (cd "$apt/archives" && apt-get "${opts[@]}" download "${want[@]}" >/dev/null)
+    rm -rf "$dest"
+    mkdir -p "$dest"
+    for deb in "$apt"/archives/*.deb; do
+        dpkg-deb -x "$deb" "$dest"
+    done
+    echo "${want[*]}" >"$dest/.packages"
 }
 
 missing() {
@@ -22,10 +56,15 @@ missing() {
 }
 
 case "${1:-}" in
-    --list) packages; exit 0 ;;
+    --list) packages; extract_packages; exit 0 ;;
     --check)
         need=$(missing | xargs)
         [[ -z "$need" ]] || { echo "not installed (bindep.txt): $need; run tests/deps/install.sh" >&2; exit 1; }
+        want=$(extract_packages | xargs)
+        if [[ -n "$want" && "$(cat "$repo/.cache/tools/trixie/.packages" 2>/dev/null)" != "$want" ]]; then
+            echo "not unpacked (bindep.txt, trixie-extract): $want; run tests/deps/install.sh" >&2
+            exit 1
+        fi
         exit 0 ;;
     "") ;;
     *) echo "usage: tests/deps/install.sh [--list|--check]" >&2; exit 2 ;;
@@ -34,6 +73,7 @@ esac
 mapfile -t need < <(missing)
 if ((${#need[@]} == 0)); then
     echo "[deps] all $(packages | wc -l) packages of bindep.txt are installed"
+    extract_trixie
     exit 0
 fi
 if [[ $(id -u) -ne 0 ]]; then
@@ -53,3 +93,4 @@ if ! apt-get install -y -qq --no-install-recommends -o Dpkg::Options::=--force-c
 fi
 rm -f "$log"
 echo "[deps] installed ${#need[@]} packages"
+extract_trixie
