@@ -20,7 +20,7 @@ import re
 import typing as t
 
 from ansible_collections.gpuhost.nvidia.plugins.module_utils import _catalog, _cdi_compat, _files, _kernels, _pci, _runtime, _toolkit
-from ansible_collections.gpuhost.nvidia.plugins.module_utils._common import version_tuple
+from ansible_collections.gpuhost.nvidia.plugins.module_utils._ids import version_tuple
 
 try:
     import tomllib  # Python 3.11+
