@@ -7,9 +7,10 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: gpuhost_apply
-short_description: Apply a role's directories, files, systemd units and apt transaction in one call
+short_description: Internal. Apply a role's directories, files, systemd units and apt transaction in one call
 version_added: 0.1.0
 description:
+  - Internal to the collection's roles (each role's files, units and package transaction); no compatibility promise.
   - What a role would do with a chain of C(file), C(template), C(copy), C(stat) and C(systemd_service) tasks - each one
     remote call, two for C(template) and C(copy) - in one call. The roles of this collection use it for the files and
     units they manage.

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: nvidia_container_restart_plan
-short_description: Decide whether container engines whose configuration changed may restart now
+short_description: Internal. Decide whether container engines whose configuration changed may restart now
 version_added: 0.1.0
 description:
+  - Internal to the roles C(gpuhost.nvidia.nvidia_container_toolkit) and C(gpuhost.nvidia.k8s_gpu_node) (their engine
+    restarts); no compatibility promise.
   - Read-only. For each engine in O(engines) (Docker, containerd, CRI-O, the kubelet), says whether it is due a restart, and
     whether to restart it now, defer it, or only report it, following O(policy).
   - An engine is due a restart when its unit is active and its configuration changed in this run (the engine's
