@@ -919,3 +919,26 @@ def check_service_names(names: t.Iterable[t.Any]) -> list[str]:
     return ["service name %r is not a valid compose service name (letters, digits, '.', '_' and '-', at most %d)"
             % (name, MAX_NAME) for name in names
             if not isinstance(name, str) or len(name) > MAX_NAME or not _SERVICE_NAME_RE.fullmatch(name)]
+
+
+def absent(text: str | None, names: t.Iterable[str], path: str, record: t.Mapping[str, str | None]) -> tuple[t.Any, str | None]:
+    """state=absent for one override file: the services ``names`` go, the user's bytes come back where nothing else
+    changed.
+
+    ``text`` is the file now (None: missing) and ``record`` the originals record (per file, its text before the
+    module's first change). Returns the document left and the text the file must hold: None removes it; ``text``
+    itself leaves it as it is; the recorded original, byte for byte, when what is left parses to it. Raises
+    ComposeError for a file that is not a compose override.
+    """
+    existing = parse(text, path) if text is not None else None
+    document = remove(existing, names, source=path)
+    if text is None:
+        return document, None
+    original = record.get(path)
+    if path in record and original is not None and parse(original, path) == (document or None):
+        return document, original
+    if not document:
+        return document, None
+    if document == existing:
+        return document, text
+    return document, render(document)

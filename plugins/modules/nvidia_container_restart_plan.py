@@ -197,7 +197,7 @@ gpu_containers:
 import os
 import typing as t
 
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _engine_restart, _files, _validate
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _engine_restart, _files, _runtime, _validate
 
 RULES = {"docker_daemon_json": _validate.Path(), "proc_root": _validate.Path()}
 
@@ -221,7 +221,7 @@ def main() -> None:
             )),
             policy=dict(type="str", choices=list(_engine_restart.POLICIES), default="if_idle"),
             gpu_facts=dict(type="dict"),
-            docker_daemon_json=dict(type="path", default="/etc/docker/daemon.json"),
+            docker_daemon_json=dict(type="path", default=_runtime.DEFAULT_PATHS["docker"]),
             proc_root=dict(type="path", default="/proc"),
         ),
         supports_check_mode=True,
