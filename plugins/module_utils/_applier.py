@@ -26,7 +26,8 @@ if t.TYPE_CHECKING:  # pragma: no cover
     from ansible.module_utils.basic import AnsibleModule
 
 C_ENV = {"LC_ALL": "C", "LANGUAGE": "C"}
-# mode is raw so that an unquoted YAML mode (a number) is seen, and refused, rather than turned into its decimal digits.
+
+
 class Applier:
     """The host side: reads, writes and systemctl calls; every decision is _apply's."""
 

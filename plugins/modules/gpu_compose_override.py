@@ -374,6 +374,8 @@ RULES: dict[str, _validate.Rule] = {
     "cdi_kind": _validate.Identifier(_validate.CDI_KIND_RE, "a CDI kind such as nvidia.com/gpu"),
     "record": _validate.Path(),
 }
+
+
 def absent(module: AnsibleModule, path: str, record_path: str) -> None:
     """state=absent: the listed services' entries go; the user's bytes come back where nothing else changed."""
     names = [svc["name"] for svc in module.params["services"]]

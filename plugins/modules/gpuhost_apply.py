@@ -361,6 +361,7 @@ backups:
 
 from ansible_collections.gpuhost.nvidia.plugins.module_utils import _applier, _apply, _validate
 
+# mode is raw so that an unquoted YAML mode (a number) is seen, and refused, rather than turned into its decimal digits.
 ATTRS = dict(owner=dict(type="str"), group=dict(type="str"), mode=dict(type="raw"))
 
 
