@@ -18,6 +18,7 @@ from ansible_collections.gpuhost.nvidia.plugins.plugin_utils._lazy import module
 # Imported when a filter of this file first runs, not when Ansible loads the file (plugin_utils/_lazy.py).
 _catalog = module_utils("_catalog")
 _driver = module_utils("_driver")
+_gpu_schema = module_utils("_gpu_schema")
 
 PREFER = ("lowest_utilization", "lowest_index", "most_memory")
 
@@ -86,7 +87,8 @@ def select_gpus(
     candidates: list[tuple[tuple[t.Any, ...], str]] = []
     for number, gpu in enumerate(_gpus_of(facts)):
         where = "select_gpus: facts gpus[%d]" % number
-        if gpu.get("state") != "ok" or not gpu.get("uuid"):
+        # The compose planner's rule (_gpu_schema.container_unusable); the filter returns UUIDs, so it also needs one.
+        if _gpu_schema.container_unusable(gpu) or not gpu.get("uuid"):
             continue
         name = str(gpu.get("name") or "").lower()
         if wanted and not any(w in name for w in wanted):
@@ -95,7 +97,7 @@ def select_gpus(
         mig = gpu.get("mig") if gpu.get("mig") is not None else {}
         if not isinstance(mig, Mapping):
             raise AnsibleFilterError("%s.mig must be a dict {current, pending}, got %r: %s" % (where, mig, FACTS_FIX))
-        if bool(mig.get("current")):
+        if _gpu_schema.mig_on(gpu):
             if not allow_mig:
                 continue
             units = []

@@ -31,7 +31,7 @@ from __future__ import annotations
 import re
 import typing as t
 
-from ansible_collections.gpuhost.nvidia.plugins.module_utils._common import driver_branch, version_tuple
+from ansible_collections.gpuhost.nvidia.plugins.module_utils._ids import driver_branch, version_tuple
 
 ARCHITECTURES = (
     "Tesla",

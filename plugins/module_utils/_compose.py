@@ -20,7 +20,7 @@ import traceback
 import typing as t
 from dataclasses import dataclass, field
 
-from ansible_collections.gpuhost.nvidia.plugins.module_utils._pci import PASSTHROUGH_DRIVERS
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _gpu_schema
 from ansible_collections.gpuhost.nvidia.plugins.module_utils._validate import bad_character, show
 
 try:
@@ -94,10 +94,8 @@ _SERVICE_NAME_RE = re.compile(r"^[a-zA-Z0-9._-]+$")
 _RUNTIME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _DEVICE_NODE_RE = re.compile(r"^/dev/nvidia[A-Za-z0-9_-]*(/[A-Za-z0-9_-][A-Za-z0-9_.-]*)*$")
 _VERSION_RE = re.compile(r"^\d+(\.\d+)*$")
-# Drivers under which containers on this host cannot use a GPU: the passthrough drivers (_pci.PASSTHROUGH_DRIVERS, a
-# GPU meant for a VM) and nouveau (which holds the GPU without NVIDIA's userland). Not the same list as the passthrough
-# drivers: a nouveau-bound GPU is not meant for a VM, it is just not usable.
-NO_CONTAINER_DRIVERS = PASSTHROUGH_DRIVERS + ("nouveau",)
+# Drivers under which containers on this host cannot use a GPU: defined with the usability rule in _gpu_schema.
+NO_CONTAINER_DRIVERS = _gpu_schema.NO_CONTAINER_DRIVERS
 # Limits beyond anything real, so that a typo is refused instead of written (compose reads numbers as 64-bit
 # integers, and no host has more GPUs, no GPU more memory).
 MAX_GPUS = 64
@@ -138,32 +136,6 @@ class Plan:
 
 
 # --------------------------------------------------------------------------------------------------- facts access
-
-
-def _gpus(facts: dict[str, t.Any] | None) -> list[dict[str, t.Any]]:
-    return [g for g in (facts or {}).get("gpus") or [] if isinstance(g, dict)]
-
-
-def _mig_on(gpu: dict[str, t.Any]) -> bool:
-    mig = gpu.get("mig")
-    if isinstance(mig, dict):
-        return bool(mig.get("current"))
-    return bool(mig)
-
-
-def _gpu_label(gpu: dict[str, t.Any]) -> str:
-    bits = [b for b in (gpu.get("name"), gpu.get("pci_bus_id")) if b]
-    return "GPU %s%s" % (gpu.get("index"), " (%s)" % ", ".join(bits) if bits else "")
-
-
-def _usable(gpu: dict[str, t.Any]) -> str | None:
-    """Why containers cannot use this GPU, or None when they can."""
-    if gpu.get("index") is None:
-        return "%s has no index in the facts (the driver does not see it)" % _gpu_label(gpu)
-    driver = gpu.get("bound_driver")
-    if driver in NO_CONTAINER_DRIVERS:
-        return "%s is bound to %s, so containers on this host cannot use it" % (_gpu_label(gpu), driver)
-    return None
 
 
 def library_paths(facts: dict[str, t.Any]) -> dict[str, t.Any]:
@@ -368,7 +340,7 @@ class _Resolver:
     def __init__(self, facts: dict[str, t.Any] | None, warnings: list[str]):
         self.facts = facts
         self.warnings = warnings
-        self.gpus = _gpus(facts)
+        self.gpus = _gpu_schema.gpus(facts)
         self.by_index = {g["index"]: g for g in self.gpus if g.get("index") is not None}
         self.by_uuid = {str(g["uuid"]).lower(): g for g in self.gpus if g.get("uuid")}
         self.mig_by_uuid: dict[str, tuple[dict[str, t.Any], int]] = {}
@@ -378,33 +350,33 @@ class _Resolver:
                     self.mig_by_uuid[str(mig["uuid"]).lower()] = (gpu, pos)
 
     def _gpu_unit(self, gpu: dict[str, t.Any], service: str, raw: t.Any) -> Unit:
-        why = _usable(gpu)
+        why = _gpu_schema.container_unusable(gpu)
         if why:
             raise ComposeError("service %r: device id %r: %s" % (service, raw, why))
-        if _mig_on(gpu):
+        if _gpu_schema.mig_on(gpu):
             migs = [m for m in gpu.get("mig_devices") or [] if isinstance(m, dict)]
             names = ", ".join("%s:%d%s" % (gpu["index"], pos, " (%s)" % m["uuid"] if m.get("uuid") else "")
                               for pos, m in enumerate(migs))
             raise ComposeError(
                 "service %r: device id %r: %s has MIG enabled, and a whole GPU with MIG on is not placed (a container "
                 "given it sees no CUDA device); ask for its MIG devices instead: %s"
-                % (service, raw, _gpu_label(gpu), names or "none exist yet, create MIG instances first")
+                % (service, raw, _gpu_schema.gpu_label(gpu), names or "none exist yet, create MIG instances first")
             )
         return Unit(gpu["index"], gpu.get("uuid"), str(gpu["index"]), gpu.get("memory_total_mib"), gpu.get("name"))
 
     def _mig_unit(self, gpu: dict[str, t.Any], pos: int, service: str, raw: t.Any) -> Unit:
-        why = _usable(gpu)
+        why = _gpu_schema.container_unusable(gpu)
         if why:
             raise ComposeError("service %r: device id %r: %s" % (service, raw, why))
-        if not _mig_on(gpu):
+        if not _gpu_schema.mig_on(gpu):
             raise ComposeError(
-                "service %r: device id %r is a MIG device, but %s does not have MIG enabled" % (service, raw, _gpu_label(gpu))
+                "service %r: device id %r is a MIG device, but %s does not have MIG enabled" % (service, raw, _gpu_schema.gpu_label(gpu))
             )
         migs = gpu.get("mig_devices") or []
         if pos >= len(migs):
             raise ComposeError(
                 "service %r: device id %r: %s has %d MIG device(s), so there is no MIG device %d"
-                % (service, raw, _gpu_label(gpu), len(migs), pos)
+                % (service, raw, _gpu_schema.gpu_label(gpu), len(migs), pos)
             )
         mig = migs[pos]
         return Unit(gpu["index"], mig.get("uuid"), "%s:%s" % (gpu["index"], pos), mig.get("memory_mib"), mig.get("profile"), True)
@@ -449,7 +421,7 @@ class _Resolver:
         units = []
         for index in sorted(self.by_index):
             gpu = self.by_index[index]
-            if _usable(gpu) or _mig_on(gpu):
+            if _gpu_schema.container_unusable(gpu) or _gpu_schema.mig_on(gpu):
                 continue
             units.append(Unit(index, gpu.get("uuid"), str(index), gpu.get("memory_total_mib"), gpu.get("name")))
         return units
@@ -1082,3 +1054,26 @@ def check_service_names(names: t.Iterable[t.Any]) -> list[str]:
     return ["service name %r is not a valid compose service name (letters, digits, '.', '_' and '-', at most %d)"
             % (name, MAX_NAME) for name in names
             if not isinstance(name, str) or len(name) > MAX_NAME or not _SERVICE_NAME_RE.fullmatch(name)]
+
+
+def absent(text: str | None, names: t.Iterable[str], path: str, record: t.Mapping[str, str | None]) -> tuple[t.Any, str | None]:
+    """state=absent for one override file: the services ``names`` go, the user's bytes come back where nothing else
+    changed.
+
+    ``text`` is the file now (None: missing) and ``record`` the originals record (per file, its text before the
+    module's first change). Returns the document left and the text the file must hold: None removes it; ``text``
+    itself leaves it as it is; the recorded original, byte for byte, when what is left parses to it. Raises
+    ComposeError for a file that is not a compose override.
+    """
+    existing = parse(text, path) if text is not None else None
+    document = remove(existing, names, source=path)
+    if text is None:
+        return document, None
+    original = record.get(path)
+    if path in record and original is not None and parse(original, path) == (document or None):
+        return document, original
+    if not document:
+        return document, None
+    if document == existing:
+        return document, text
+    return document, render(document)

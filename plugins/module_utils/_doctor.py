@@ -20,7 +20,7 @@ import re
 import typing as t
 
 from ansible_collections.gpuhost.nvidia.plugins.module_utils import _catalog, _cdi_compat, _files, _kernels, _pci, _runtime, _toolkit
-from ansible_collections.gpuhost.nvidia.plugins.module_utils._common import version_tuple
+from ansible_collections.gpuhost.nvidia.plugins.module_utils._ids import version_tuple
 
 try:
     import tomllib  # Python 3.11+
@@ -44,9 +44,9 @@ HARD_THROTTLE = frozenset({"hw_slowdown", "hw_thermal_slowdown", "hw_power_brake
 # for 2, io.containerd.cri.v1.runtime for containerd 2.x), in that order.
 CONTAINERD_RUNTIME_TABLES = tuple(("plugins", plugin, "containerd", "runtimes") for plugin in dict.fromkeys(_runtime.CRI_PLUGIN.values()))
 DEFAULTS: dict[str, t.Any] = {
-    "docker_daemon_json": "/etc/docker/daemon.json",
-    "containerd_config": "/etc/containerd/config.toml",
-    "containerd_conf_dir": "/etc/containerd/conf.d",
+    "docker_daemon_json": _runtime.DEFAULT_PATHS["docker"],
+    "containerd_config": _runtime.DEFAULT_PATHS["containerd"],
+    "containerd_conf_dir": _runtime.CONTAINERD_CONF_DIR,
     "cdi_dirs": ["/etc/cdi", "/var/run/cdi"],
     "cdi_kind": "nvidia.com/gpu",
     "runtime_name": "nvidia",

@@ -18,8 +18,8 @@ import re
 import typing as t
 from collections.abc import Mapping, Sequence
 
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _catalog, _gpg, _pci, _validate
-from ansible_collections.gpuhost.nvidia.plugins.module_utils._common import normalize_bus_id, version_tuple
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _catalog, _gpg, _gpu_schema, _pci, _validate
+from ansible_collections.gpuhost.nvidia.plugins.module_utils._ids import normalize_bus_id, version_tuple
 
 FLAVOURS = ("auto", "open", "proprietary")
 SOURCES = ("auto", "nvidia", "distro")
@@ -111,9 +111,7 @@ def _gpus(facts: Mapping[str, t.Any]) -> list[dict[str, t.Any]]:
     """GPUs from the facts; GPU-class PCI functions that no richer source listed are added from pci_functions."""
     out: list[dict[str, t.Any]] = []
     seen: set[str] = set()
-    for gpu in facts.get("gpus") or []:
-        if not isinstance(gpu, Mapping):
-            continue
+    for gpu in _gpu_schema.gpus(facts):
         bus = normalize_bus_id(gpu.get("pci_bus_id"))
         out.append({**gpu, "pci_bus_id": bus})
         if bus:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import typing as t
 
 from ansible_collections.gpuhost.nvidia.plugins.module_utils import _catalog
-from ansible_collections.gpuhost.nvidia.plugins.module_utils._common import version_tuple
+from ansible_collections.gpuhost.nvidia.plugins.module_utils._ids import version_tuple
 
 # The os_family values (Ansible's) whose hosts this role installs DCGM on, and why not on the others it knows.
 DCGM_FAMILIES = ("Debian",)

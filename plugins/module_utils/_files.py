@@ -363,6 +363,76 @@ def write_json_record(module: AnsibleModule, path: str, data: t.Mapping[str, t.A
     return result
 
 
+# Per-file records: what a module did to each file it manages, keyed by the file's path, so that state=absent undoes
+# exactly that. The originals record (compose, the runtime merge) holds the text a file had before the module's first
+# change; vfio_kernel_args holds the arguments it added. One reader and one writer for all of them.
+SKIP = object()
+
+
+def read_file_record(path: str, entry: t.Callable[[t.Any], t.Any], what: str = "record") -> dict[str, t.Any]:
+    """A record keyed by file path (:func:`read_json_record`'s error policy); each value passes through ``entry``,
+    which returns the value to keep or :data:`SKIP` for one of another shape. Raises FileError."""
+    kept = {}
+    for key, value in read_json_record(path, what).data.items():
+        value = entry(value)
+        if value is not SKIP:
+            kept[str(key)] = value
+    return kept
+
+
+def write_file_record(module: AnsibleModule, path: str, before: t.Mapping[str, t.Any], after: t.Mapping[str, t.Any],
+                      encode: t.Callable[[t.Any], t.Any] = lambda value: value, what: str = "record") -> bool:
+    """Write (or remove, once empty) the record when ``after`` differs from ``before``, each value through ``encode``;
+    nothing in check mode. Returns whether it differed. Raises FileError."""
+    if dict(after) == dict(before):
+        return False
+    write_json_record(module, path, {key: encode(value) for key, value in after.items()}, what)
+    return True
+
+
+def _original(value: t.Any) -> t.Any:
+    if isinstance(value, dict) and isinstance(value.get("original"), (str, type(None))):
+        return value.get("original")
+    return SKIP
+
+
+def read_originals(path: str, what: str = "record") -> dict[str, str | None]:
+    """The originals record: per file, the text it held before the module's first change (None: it did not exist).
+    Stored as ``{file: {"original": text}}``. Raises FileError."""
+    return read_file_record(path, _original, what)
+
+
+def write_originals(module: AnsibleModule, path: str, before: t.Mapping[str, str | None],
+                    after: t.Mapping[str, str | None], what: str = "record") -> bool:
+    """:func:`write_file_record` for the originals record. Raises FileError."""
+    return write_file_record(module, path, before, after, lambda original: {"original": original}, what)
+
+
+def note_originals(record: t.Mapping[str, str | None], planned: t.Iterable[tuple[str, str | None, str | None]],
+                   state: str) -> dict[str, str | None]:
+    """The originals record after a run: ``planned`` is (file, text now, text it will hold; None: removed). With
+    state=present a file's first change records its text now; with state=absent its entry goes."""
+    after = dict(record)
+    for file, before, content in planned:
+        if state == "absent":
+            after.pop(file, None)
+        elif content != before and file not in after:
+            after[file] = before
+    return after
+
+
+def read_text(path: str, what: str = "path") -> str | None:
+    """The file as UTF-8 text, or None when it does not exist. Raises FileError when it is not a regular file or not
+    UTF-8 (it is then left as it is)."""
+    data = read_bytes(path, what)
+    if data is None:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise FileError(what, path, "is not UTF-8 text (%s); it was not changed" % exc) from None
+
+
 def make_dirs(directory: str, what: str = "path", mode: int = 0o755) -> bool:
     """Create ``directory`` and its missing parents; whether it had to be created. Raises FileError."""
     if check_directory(directory, what):

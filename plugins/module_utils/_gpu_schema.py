@@ -23,7 +23,18 @@ import typing as t
 from collections.abc import Mapping
 
 from ansible_collections.gpuhost.nvidia.plugins.module_utils import _pci
-from ansible_collections.gpuhost.nvidia.plugins.module_utils._common import STATE_NO_GPU, STATE_OK, STATE_PCI_ONLY
+
+# States shared by the backends and the merged facts. Documented in nvidia_gpu_facts RETURN.
+STATE_OK = "ok"
+STATE_NO_GPU = "no_gpu"
+STATE_DRIVER_NOT_LOADED = "driver_not_loaded"
+STATE_LIBRARY_NOT_FOUND = "library_not_found"
+STATE_NO_PERMISSION = "no_permission"
+STATE_GPU_LOST = "gpu_lost"
+STATE_VERSION_MISMATCH = "driver_version_mismatch"
+STATE_ERROR = "error"
+# Per-GPU only: the GPU was seen on the PCI bus but by neither NVML nor nvidia-smi.
+STATE_PCI_ONLY = "pci_only"
 
 # NVML's nvmlComputeMode_t values -> the facts' ``compute_mode``. nvidia-smi prints the same names capitalised
 # (``Exclusive_Process``; older drivers ``Exclusive Process``).
@@ -199,6 +210,61 @@ def gpu_where(gpu: t.Any, position: int | None = None) -> str:
         if isinstance(gpu.get("pci_bus_id"), str) and gpu["pci_bus_id"]:
             return "GPU %s" % gpu["pci_bus_id"][:40]
     return "gpus[%s]" % ("?" if position is None else position)
+
+
+# Drivers under which containers on this host cannot use a GPU: the passthrough drivers (a GPU meant for a VM) and
+# nouveau (which holds the GPU without NVIDIA's userland, so it is not meant for a VM, just not usable).
+NO_CONTAINER_DRIVERS = _pci.PASSTHROUGH_DRIVERS + ("nouveau",)
+
+
+def gpus(facts: t.Any) -> list[dict[str, t.Any]]:
+    """The GPU records of ``ansible_facts.nvidia_gpu`` (or of a dict holding it as ``nvidia_gpu``), dicts only.
+
+    Never raises: missing or malformed facts give no GPUs. A caller that must refuse malformed facts checks them with
+    :func:`facts_error` first.
+    """
+    if isinstance(facts, Mapping) and isinstance(facts.get("nvidia_gpu"), Mapping) and "gpus" not in facts:
+        facts = facts["nvidia_gpu"]
+    records = facts.get("gpus") if isinstance(facts, Mapping) else None
+    if not isinstance(records, (list, tuple)):
+        return []
+    return [gpu for gpu in records if isinstance(gpu, Mapping)]
+
+
+def mig_on(gpu: Mapping) -> bool:
+    """Whether MIG mode is on now (``mig.current``); a bare boolean, as hand-written facts give it, counts too."""
+    mig = gpu.get("mig")
+    if isinstance(mig, Mapping):
+        return bool(mig.get("current"))
+    return bool(mig)
+
+
+def gpu_label(gpu: Mapping) -> str:
+    """A GPU in messages with what identifies it: ``GPU 3 (NVIDIA H100, 0000:b7:00.0)``."""
+    where = gpu_where(gpu)
+    bits = [str(b) for b in (gpu.get("name"), gpu.get("pci_bus_id")) if b and "GPU %s" % b != where]
+    return "%s%s" % (where, " (%s)" % ", ".join(bits) if bits else "")
+
+
+def container_unusable(gpu: Mapping) -> str | None:
+    """Why a container on this host cannot be given this GPU, or None when it can.
+
+    The one rule that the compose planner and the select_gpus filter share: the driver must list the GPU (it has an
+    index), its state must be ok (a record without a state, as hand-written facts give, counts as ok), and no
+    passthrough driver or nouveau may hold it. MIG is not part of the rule: a GPU with MIG on is usable through its
+    MIG devices, not as a whole (:func:`mig_on`).
+    """
+    label = gpu_label(gpu)
+    if gpu.get("index") is None:
+        return "%s has no index in the facts (the driver does not see it)" % label
+    driver = gpu.get("bound_driver")
+    if driver in NO_CONTAINER_DRIVERS:
+        return "%s is bound to %s, so containers on this host cannot use it" % (label, driver)
+    state = gpu.get("state", STATE_OK)
+    if state != STATE_OK:
+        message = gpu.get("message")
+        return "%s is in state %s%s, so containers cannot be given it" % (label, state, " (%s)" % message if message else "")
+    return None
 
 
 def unknown_reason(record: Mapping) -> str:

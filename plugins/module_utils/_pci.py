@@ -20,7 +20,7 @@ import re
 import typing as t
 
 from ansible_collections.gpuhost.nvidia.plugins.module_utils import _files
-from ansible_collections.gpuhost.nvidia.plugins.module_utils._common import format_device_id, normalize_bus_id
+from ansible_collections.gpuhost.nvidia.plugins.module_utils._ids import format_device_id, normalize_bus_id
 
 NVIDIA_VENDOR = 0x10DE
 
@@ -34,7 +34,7 @@ FUNCTION_OTHER = "other"
 
 # The one definition of "passthrough drivers": drivers that claim a GPU on purpose so that the nvidia driver does not
 # (a GPU meant for a VM). The facts, the driver role's planner and the compose planner read it from here; the compose
-# planner's "drivers under which containers cannot use a GPU" (_compose.NO_CONTAINER_DRIVERS) adds nouveau to it.
+# planner's "drivers under which containers cannot use a GPU" (_gpu_schema.NO_CONTAINER_DRIVERS) adds nouveau to it.
 PASSTHROUGH_DRIVERS = ("vfio-pci", "pci-stub")
 
 LIBRARIES = {

@@ -34,6 +34,20 @@ RUNTIMES = ("docker", "containerd", "crio")
 CRI_PLUGIN = {1: "cri", 2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime", 4: "io.containerd.cri.v1.runtime"}
 RUNC_V2 = "io.containerd.runc.v2"
 
+# The engines' configuration files where nothing else is said: the one table of them. The nvidia_container_runtime
+# module's defaults, the restart plan's and the doctor's read it; the roles' public defaults name the same paths, and
+# tests/unit/toolkit/test_engine_paths.py holds them to this table.
+DEFAULT_PATHS = {
+    "docker": "/etc/docker/daemon.json",
+    "containerd": "/etc/containerd/config.toml",
+    "crio": "/etc/crio/crio.conf.d/99-nvidia.conf",
+}
+CONTAINERD_CONF_DIR = "/etc/containerd/conf.d"
+DEFAULT_CONTAINERD_DROPIN = CONTAINERD_CONF_DIR + "/99-nvidia.toml"
+CRIO_DROPIN_NAME = "99-nvidia.conf"
+# CRI-O's main configuration, which the drop-in's runtime table is checked against.
+DEFAULT_CRIO_CONFIG = "/etc/crio/crio.conf"
+
 
 class RuntimeConfigError(Exception):
     """A request or an existing file that the planners cannot use; the message names the file and the fix."""
@@ -309,7 +323,7 @@ _IMPORTS = re.compile(r"^imports\s*=\s*\[[^\]]*\]", re.MULTILINE)
 # `containerd config default` prints (defaults/defaults_unix.go DefaultConfigIncludePattern). The daemon resolves only
 # the imports a config file names (server/config/config.go LoadConfigWithPlugins) and reads no file when
 # /etc/containerd/config.toml is missing (command/main.go), so a main config without the line still needs it.
-CONTAINERD_DEFAULT_IMPORT = "/etc/containerd/conf.d/*.toml"
+CONTAINERD_DEFAULT_IMPORT = CONTAINERD_CONF_DIR + "/*.toml"
 
 
 def same_import(entry: str, glob: str, path: str) -> bool:
@@ -558,7 +572,7 @@ def containerd_main_remove(text: str | None, main: dict[str, t.Any], path: str, 
 # ------------------------------------------------------------------------------------------------ CRI-O drop-in directory
 # CRI-O's compiled-in drop-in directory (pkg/config/config_unix.go CrioConfigDropInPath), the default of its
 # --config-dir flag; `crio --help` prints the default of the installed binary.
-CRIO_CONFIG_DIR = "/etc/crio/crio.conf.d"
+CRIO_CONFIG_DIR = os.path.dirname(DEFAULT_PATHS["crio"])
 _CRIO_CONFIG_DIR_HELP = re.compile(r"--config-dir\b.*?\(default:\s*\"?([^\s\")]+)\"?\)", re.DOTALL)
 
 
@@ -568,3 +582,106 @@ def crio_config_dir_from_help(text: str) -> str | None:
     if match is None or not match.group(1).startswith("/"):
         return None
     return match.group(1)
+
+
+# ------------------------------------------------------------------------------------------------ one engine's plan
+# One planned file: its path, its option name, its text now (None: missing) and the text it must hold (None: remove it).
+Planned = t.Tuple[str, str, t.Optional[str], t.Optional[str]]
+# How the plan reads the host: read(path, what) gives a file's text (None: missing), check(path, what) refuses a path
+# that cannot be a file. The module passes _files.read_text and _files.check_file; both raise its FileError.
+Reader = t.Callable[[str, str], t.Optional[str]]
+Checker = t.Callable[[str, str], t.Any]
+
+
+def option_errors(params: t.Mapping[str, t.Any]) -> list[str]:
+    """What is wrong with the containerd drop-in option for this engine, before anything is read."""
+    if params["runtime"] != "containerd":
+        return []
+    dropin = params["dropin"]
+    if not dropin.endswith(".toml"):
+        return ["dropin: %r must end with .toml: containerd imports the drop-in directory's *.toml" % dropin]
+    if any(c in os.path.dirname(dropin) for c in "*?[]"):
+        return ["dropin: %r: its directory holds a glob character, so the import glob would match other files" % dropin]
+    if os.path.abspath(dropin) == os.path.abspath(params["path"] or DEFAULT_PATHS["containerd"]):
+        return ["dropin: %r is the main config itself; choose another file" % dropin]
+    return []
+
+
+def plan(params: t.Mapping[str, t.Any], path: str, record: t.Mapping[str, t.Optional[str]], read: Reader,
+         check: Checker, warnings: list[str]) -> list[Planned]:
+    """The files one engine's merge (state=present) or removal (state=absent) writes, in the order to write them.
+    ``record`` is the originals record (per file, its text before the first change). Raises RuntimeConfigError, or
+    what ``read`` and ``check`` raise."""
+    if params["state"] == "present":
+        return _plan_present(params, path, read, check, warnings)
+    return _plan_absent(params, path, record, read)
+
+
+def _plan_present(p: t.Mapping[str, t.Any], path: str, read: Reader, check: Checker, warnings: list[str]) -> list[Planned]:
+    runtime = p["runtime"]
+    if runtime == "docker":
+        text = read(path, "path")
+        return [(path, "path", text, docker_merge(text, path, p["name"], p["runtime_path"], p["default_runtime"], p["cdi"]))]
+    if runtime == "containerd":
+        dropin = os.path.abspath(p["dropin"])
+        check(dropin, "dropin")
+        text = read(path, "path")
+        main = parse_toml(text, path)
+        version = containerd_version(main, p["config_version"], path)
+        if "cri" in (main.get("disabled_plugins") or []) or CRI_PLUGIN[version] in (main.get("disabled_plugins") or []):
+            warnings.append("%s disables containerd's CRI plugin (disabled_plugins), so Kubernetes cannot use the %s "
+                            "runtime until it is enabled; the runtime was added anyway." % (path, p["name"]))
+        if version == 1:
+            # Version 1 has no drop-ins: the runtime goes into the main config, as nvidia-ctk does.
+            return [(path, "path", text, containerd_v1(text, main, p["name"], p["runtime_path"], p["default_runtime"], p["cdi"], path))]
+        dropin_text = read(dropin, "dropin")
+        parse_toml(dropin_text, dropin)
+        glob = os.path.join(os.path.dirname(dropin), "*.toml")
+        document = containerd_dropin(main, version, p["name"], p["runtime_path"], p["default_runtime"], path, p["cdi"])
+        # The drop-in first: the main config imports it only once it exists.
+        return [
+            (dropin, "dropin", dropin_text, dump_toml(document, DROPIN_HEADER)),
+            (path, "path", text, containerd_main(text, main, path, glob, version)),
+        ]
+    if p["cdi"] is not None:
+        warnings.append("cdi has no CRI-O setting to change: CRI-O reads CDI specs from its cdi_spec_dirs "
+                        "(/etc/cdi, /var/run/cdi) by default; cdi was ignored for crio.")
+    text = read(path, "path")
+    parse_toml(text, path)
+    crio_config = os.path.abspath(p["crio_config"])
+    source = parse_toml(read(crio_config, "crio_config"), crio_config)
+    return [(path, "path", text, dump_toml(crio_dropin(p["name"], p["runtime_path"], p["default_runtime"], source, crio_config),
+                                           DROPIN_HEADER))]
+
+
+def _plan_absent(p: t.Mapping[str, t.Any], path: str, record: t.Mapping[str, t.Optional[str]], read: Reader) -> list[Planned]:
+    runtime = p["runtime"]
+
+    def original(file: str) -> tuple[bool, str | None]:
+        return file in record, record.get(file)
+
+    if runtime == "docker":
+        text = read(path, "path")
+        return [(path, "path", text, docker_remove(text, path, p["name"], *original(path)))]
+    if runtime == "containerd":
+        dropin = os.path.abspath(p["dropin"])
+        dropin_text = read(dropin, "dropin")
+        text = read(path, "path")
+        main = parse_toml(text, path)
+        planned: list[Planned] = []
+        if main:
+            if containerd_version(main, None, path) == 1:
+                new = containerd_v1_remove(text, main, path, p["name"], *original(path))
+            else:
+                glob = os.path.join(os.path.dirname(dropin), "*.toml")
+                # The glob is the module's to take out only when it added it: a recorded drop-in with no record of
+                # the main config means the main config already imported it; without any record, containerd's
+                # own drop-in directory (the 2.2 default config's import) is left alone.
+                keep = path not in record and (dropin in record or glob == CONTAINERD_DEFAULT_IMPORT)
+                new = containerd_main_remove(text, main, path, glob, *original(path), keep_import=keep)
+            planned.append((path, "path", text, new))
+        elif text is not None and path in record and record[path] is None:
+            planned.append((path, "path", text, None))  # created empty by the module, still empty
+        # The main config first: it stops importing the drop-in before the drop-in goes.
+        return planned + [(dropin, "dropin", dropin_text, None)]
+    return [(path, "path", read(path, "path"), None)]

@@ -27,14 +27,16 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.errors import UnsupportedError
 
 from ansible_collections.gpuhost.nvidia.plugins.module_utils import _gpu_schema, _validate
-from ansible_collections.gpuhost.nvidia.plugins.module_utils._common import (
+from ansible_collections.gpuhost.nvidia.plugins.module_utils._gpu_schema import (
     STATE_DRIVER_NOT_LOADED,
     STATE_NO_GPU,
     STATE_OK,
     STATE_VERSION_MISMATCH,
-    normalize_bus_id,
+    describe_unknown,
+    onoff,
+    process_view,
 )
-from ansible_collections.gpuhost.nvidia.plugins.module_utils._gpu_schema import describe_unknown, onoff, process_view
+from ansible_collections.gpuhost.nvidia.plugins.module_utils._ids import normalize_bus_id
 
 # The facts schema's compute modes as the module's option spells them (nvidia-smi -c takes the same words).
 COMPUTE_MODES = tuple(mode.upper() for mode in _gpu_schema.SETTABLE_COMPUTE_MODES)

@@ -13,7 +13,7 @@ import json
 import re
 import typing as t
 
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _gpg, _validate
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _gpg, _gpu_schema, _validate
 from ansible_collections.gpuhost.nvidia.plugins.module_utils._validate import PACKAGE_VERSION_RE, bad_character
 
 try:
@@ -188,13 +188,12 @@ def generated_for(facts: t.Mapping[str, t.Any] | None, strategy: str, toolkit_ve
     """What a spec depends on: the driver, the GPUs and their MIG devices, the naming strategy and the toolkit."""
     facts = facts if isinstance(facts, t.Mapping) else {}
     gpus = []
-    for gpu in _dicts(facts.get("gpus")):
+    for gpu in _gpu_schema.gpus(facts):
         if gpu.get("index") is None:
             continue
-        mig = gpu.get("mig")
         gpus.append({
             "uuid": gpu.get("uuid"),
-            "mig": bool(mig.get("current")) if isinstance(mig, dict) else False,
+            "mig": _gpu_schema.mig_on(gpu),
             "mig_devices": sorted(str(d.get("uuid")) for d in _dicts(gpu.get("mig_devices"))),
         })
     driver = facts.get("driver")

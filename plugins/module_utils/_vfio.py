@@ -20,7 +20,7 @@ import shlex
 import typing as t
 
 from ansible_collections.gpuhost.nvidia.plugins.module_utils import _gpu_schema
-from ansible_collections.gpuhost.nvidia.plugins.module_utils._common import normalize_bus_id
+from ansible_collections.gpuhost.nvidia.plugins.module_utils._ids import normalize_bus_id
 from ansible_collections.gpuhost.nvidia.plugins.module_utils._gpu_schema import process_view
 from ansible_collections.gpuhost.nvidia.plugins.module_utils._validate import SHELL_VARIABLE_RE, KernelArgument, InputError
 

@@ -377,7 +377,7 @@ import typing as t
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible.module_utils.common.text.converters import to_bytes, to_text
 
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _compose, _files, _gpu_schema, _validate
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _compose, _compose_cli, _files, _gpu_schema, _validate
 
 SERVICE_SPEC: dict[str, t.Any] = dict(
     name=dict(type="str", required=True),
@@ -394,7 +394,6 @@ SERVICE_SPEC: dict[str, t.Any] = dict(
     runtime=dict(type="str"),
 )
 DEFAULT_RECORD = _files.STATE_DIR + "/gpu_compose_override.json"
-DEFAULT_COMPOSE_FILES = ("compose.yaml", "compose.yml", "docker-compose.yaml", "docker-compose.yml")
 # Checked before the host is read; the services themselves are checked by _compose.build, also before any read.
 RULES: dict[str, _validate.Rule] = {
     "path": _validate.Path(),
@@ -402,66 +401,6 @@ RULES: dict[str, _validate.Rule] = {
     "cdi_kind": _validate.Identifier(_validate.CDI_KIND_RE, "a CDI kind such as nvidia.com/gpu"),
     "record": _validate.Path(),
 }
-ENV_C = {"LC_ALL": "C", "LANGUAGE": "C"}
-
-
-def compose_command(module: AnsibleModule) -> list[str] | None:
-    """``docker compose`` (v2) when the plugin answers, else ``docker-compose``; None when neither exists."""
-    docker = module.get_bin_path("docker")
-    if docker:
-        rc, _out, _err = module.run_command([docker, "compose", "version"], environ_update=ENV_C)
-        if rc == 0:
-            return [docker, "compose"]
-    legacy = module.get_bin_path("docker-compose")
-    return [legacy] if legacy else None
-
-
-def base_files(path: str, given: list[str]) -> tuple[list[str], list[str]]:
-    """The project's compose files (relative ones in the directory of ``path``) and those of them that are missing.
-    Raises FileError for one that is not a regular file."""
-    directory = os.path.dirname(path)
-    if given:
-        return given, [name for name in given if not _files.check_file(os.path.join(directory, name), "compose_files")]
-    for name in DEFAULT_COMPOSE_FILES:
-        candidate = os.path.join(directory, name)
-        if os.path.lexists(candidate) and _files.check_file(candidate, "the project's compose file"):
-            return [candidate], []
-    return [], []
-
-
-def base_refusals(module: AnsibleModule, path: str, plan: _compose.Plan) -> None:
-    """base_requests=refuse: fail, before anything is written, when a project compose file requests GPUs for a managed
-    service, or cannot be read to tell."""
-    try:
-        files, missing = base_files(path, module.params["compose_files"])
-        documents = []
-        for name in files:
-            full = os.path.join(os.path.dirname(path), name)
-            data = _files.read_bytes(full, "compose_files")
-            if data is not None:
-                documents.append((full, _compose.parse(data.decode("utf-8"), full)))
-    except (_files.FileError, _compose.ComposeError, UnicodeDecodeError) as exc:
-        module.fail_json(msg="base_requests=refuse: a project compose file cannot be read to check it for GPU requests "
-                             "of the managed services, so the override could widen them: %s" % exc, path=path)
-    if missing:
-        use = "to validate with" if module.params["validate"] else "to check for GPU requests"
-        module.fail_json(msg="compose_files: compose file(s) %s do not exist: %s" % (use, ", ".join(missing)), path=path)
-    errors = _compose.base_request_errors(documents, plan.services)
-    if errors:
-        module.fail_json(msg="; ".join(errors), errors=errors, path=path)
-
-
-def load_record(path: str) -> dict[str, str | None]:
-    """The record: per override file, the text it held before the module's first change (None: it did not exist)."""
-    record = _files.read_json_record(path).data
-    return {str(k): v.get("original") for k, v in record.items()
-            if isinstance(v, dict) and isinstance(v.get("original"), (str, type(None)))}
-
-
-def write_record(module: AnsibleModule, path: str, before: dict[str, t.Any], after: dict[str, t.Any]) -> None:
-    """Write (or remove, once empty) the record when it changed; nothing in check mode. Raises FileError."""
-    if after != before:
-        _files.write_json_record(module, path, {k: {"original": v} for k, v in after.items()})
 
 
 def absent(module: AnsibleModule, path: str, record_path: str) -> None:
@@ -471,23 +410,11 @@ def absent(module: AnsibleModule, path: str, record_path: str) -> None:
     if errors:
         module.fail_json(msg="; ".join(errors), errors=errors)
     try:
-        record = load_record(record_path)
+        record = _files.read_originals(record_path)
         before = _files.read_bytes(path, "path")
         text = before.decode("utf-8") if before is not None else None
-        existing = _compose.parse(text, path) if text is not None else None
-        document = _compose.remove(existing, names, source=path)
-        recorded = path in record
-        original = record.get(path)
-        if before is None:
-            content = None
-        elif recorded and original is not None and _compose.parse(original, path) == (document or None):
-            content = to_bytes(original)
-        elif not document:
-            content = None
-        elif document == existing:
-            content = before
-        else:
-            content = to_bytes(_compose.render(document))
+        document, wanted = _compose.absent(text, names, path, record)
+        content = to_bytes(wanted) if wanted is not None else None
     except _files.FileError as exc:
         module.fail_json(msg=str(exc), path=exc.path)
     except UnicodeDecodeError as exc:
@@ -511,7 +438,7 @@ def absent(module: AnsibleModule, path: str, record_path: str) -> None:
             result.update(changed=outcome.changed, diff=outcome.diff)
             if outcome.backup_file:
                 result["backup_file"] = outcome.backup_file
-        write_record(module, record_path, record, new_record)
+        _files.write_originals(module, record_path, record, new_record)
     except _files.FileError as exc:
         module.fail_json(msg=str(exc), path=exc.path)
     result["changed"] = result["changed"] or new_record != record
@@ -571,7 +498,7 @@ def main() -> None:
     except _compose.ComposeError as exc:
         module.fail_json(msg=str(exc), path=path)
     if params["base_requests"] == "refuse" and not params["vm_mode"]:
-        base_refusals(module, path, plan)
+        _compose_cli.refuse_base_requests(module, path, params["compose_files"], plan.services)
     try:
         existing_bytes = _files.read_bytes(path, "path")
         existing = _compose.parse(existing_bytes.decode("utf-8"), path) if existing_bytes is not None else None
@@ -592,40 +519,13 @@ def main() -> None:
             "libraries mapped in" % ", ".join(sorted(plan.services))
         )
 
-    validated_with: list[str] | None = None
-    validator = None
-    if params["validate"]:
-        try:
-            files, missing = base_files(path, params["compose_files"])
-        except _files.FileError as exc:
-            module.fail_json(msg="a compose file to validate with cannot be used: %s" % exc, path=path)
-        if missing:
-            module.fail_json(msg="compose_files: compose file(s) to validate with do not exist: %s" % ", ".join(missing), path=path)
-        command = compose_command(module)
-        if command is None:
-            module.fail_json(msg="validate=true needs docker compose or docker-compose on the host, and neither was found", path=path)
-
-        def validator(tmp: str) -> None:
-            nonlocal validated_with
-            args = [*command, "--project-directory", os.path.dirname(path)]
-            for name in files:
-                args += ["-f", name]
-            args += ["-f", tmp, "config", "-q"]
-            rc, out, err = module.run_command(args, environ_update=ENV_C, cwd=os.path.dirname(path))
-            validated_with = args
-            if rc != 0:
-                module.fail_json(
-                    msg="The merged compose project does not validate (%s exited %d): %s"
-                    % (" ".join(command), rc, (err or out).strip()),
-                    cmd=args, rc=rc, stdout=out, stderr=err, path=path,
-                )
-
+    validator = _compose_cli.Validator(module, path, params["compose_files"]) if params["validate"] else None
     try:
-        record = load_record(record_path)
-        new_record = dict(record)
-        if content != existing_bytes and path not in record:
-            new_record[path] = to_text(existing_bytes) if existing_bytes is not None else None
-        write_record(module, record_path, record, new_record)  # before the file: it must know the original
+        record = _files.read_originals(record_path)
+        before = to_text(existing_bytes) if existing_bytes is not None else None
+        after = before if content == existing_bytes else to_text(content)
+        new_record = _files.note_originals(record, [(path, before, after)], "present")
+        _files.write_originals(module, record_path, record, new_record)  # before the file: it must know the original
     except _files.FileError as exc:
         module.fail_json(msg=str(exc), path=exc.path)
     outcome = _files.write_file(module, path, content, backup=params["backup"], validate=validator, validate_unchanged=True)
@@ -636,7 +536,7 @@ def main() -> None:
         assignment=plan.assignment,
         unmanaged_services=_compose.unmanaged(document, plan.services),
         document=_compose.plain(document),
-        validated_with=validated_with,
+        validated_with=validator.used if validator else None,
         diff=outcome.diff,
     )
     if outcome.backup_file:

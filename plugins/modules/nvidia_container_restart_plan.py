@@ -7,9 +7,11 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: nvidia_container_restart_plan
-short_description: Decide whether container engines whose configuration changed may restart now
+short_description: Internal. Decide whether container engines whose configuration changed may restart now
 version_added: 0.1.0
 description:
+  - Internal to the roles C(gpuhost.nvidia.nvidia_container_toolkit) and C(gpuhost.nvidia.k8s_gpu_node) (their engine
+    restarts); no compatibility promise.
   - Read-only. For each engine in O(engines) (Docker, containerd, CRI-O, the kubelet), says whether it is due a restart, and
     whether to restart it now, defer it, or only report it, following O(policy).
   - An engine is due a restart when its unit is active and its configuration changed in this run (the engine's
@@ -195,7 +197,7 @@ gpu_containers:
 import os
 import typing as t
 
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _engine_restart, _files, _validate
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _engine_restart, _files, _runtime, _validate
 
 RULES = {"docker_daemon_json": _validate.Path(), "proc_root": _validate.Path()}
 
@@ -219,7 +221,7 @@ def main() -> None:
             )),
             policy=dict(type="str", choices=list(_engine_restart.POLICIES), default="if_idle"),
             gpu_facts=dict(type="dict"),
-            docker_daemon_json=dict(type="path", default="/etc/docker/daemon.json"),
+            docker_daemon_json=dict(type="path", default=_runtime.DEFAULT_PATHS["docker"]),
             proc_root=dict(type="path", default="/proc"),
         ),
         supports_check_mode=True,

@@ -263,16 +263,10 @@ import os
 import typing as t
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.common.text.converters import to_bytes, to_text
+from ansible.module_utils.common.text.converters import to_bytes
 
 from ansible_collections.gpuhost.nvidia.plugins.module_utils import _engine_restart, _files, _runtime, _validate
 
-DEFAULT_PATHS = {
-    "docker": "/etc/docker/daemon.json",
-    "containerd": "/etc/containerd/config.toml",
-    "crio": "/etc/crio/crio.conf.d/99-nvidia.conf",
-}
-CRIO_DROPIN_NAME = "99-nvidia.conf"
 DEFAULT_RECORD = _files.STATE_DIR + "/nvidia_container_runtime.json"
 # Checked before the host is read. The name becomes a key in every engine's configuration and a Kubernetes
 # RuntimeClass handler; runc is Docker's reserved name for its own runtime.
@@ -288,39 +282,6 @@ RULES: dict[str, _validate.Rule] = {
     "crio_config_dir": _validate.Path(),
     "record": _validate.Path(),
 }
-
-
-def check_options(params: dict[str, t.Any]) -> list[str]:
-    """Everything wrong with the options, before anything is read from the host."""
-    errors = _validate.check(params, RULES)
-    if errors or params["runtime"] != "containerd":
-        return errors
-    dropin = params["dropin"]
-    if not dropin.endswith(".toml"):
-        errors.append("dropin: %r must end with .toml: containerd imports the drop-in directory's *.toml" % dropin)
-    elif any(c in os.path.dirname(dropin) for c in "*?[]"):
-        errors.append("dropin: %r: its directory holds a glob character, so the import glob would match other files" % dropin)
-    elif os.path.abspath(dropin) == os.path.abspath(params["path"] or DEFAULT_PATHS["containerd"]):
-        errors.append("dropin: %r is the main config itself; choose another file" % dropin)
-    return errors
-
-
-def read_text(module: AnsibleModule, path: str, what: str) -> str | None:
-    data = _files.read_bytes(path, what)
-    if data is None:
-        return None
-    try:
-        return to_text(data, errors="strict")
-    except UnicodeDecodeError as exc:
-        module.fail_json(msg="%s %r is not UTF-8 text (%s); it was not changed" % (what, path, exc), path=path)
-    return None  # pragma: no cover
-
-
-def load_record(path: str) -> dict[str, dict[str, t.Any]]:
-    """The record: per configuration file, {"original": the text before the module's first change, or None}."""
-    record = _files.read_json_record(path).data
-    return {str(k): {"original": v.get("original")} for k, v in record.items()
-            if isinstance(v, dict) and isinstance(v.get("original"), (str, type(None)))}
 
 
 def crio_config_dir(module: AnsibleModule) -> dict[str, str]:
@@ -339,82 +300,33 @@ def crio_config_dir(module: AnsibleModule) -> dict[str, str]:
     return {"path": _runtime.CRIO_CONFIG_DIR, "source": "CRI-O's built-in default"}
 
 
-# One planned file: its path, its option name, its text now (None: missing) and the text it must hold (None: remove it).
-Planned = t.Tuple[str, str, t.Optional[str], t.Optional[str]]
-
-
-def plan_present(module: AnsibleModule, path: str, warnings: list[str]) -> list[Planned]:
-    p = module.params
-    runtime = p["runtime"]
-    if runtime == "docker":
-        text = read_text(module, path, "path")
-        return [(path, "path", text, _runtime.docker_merge(text, path, p["name"], p["runtime_path"], p["default_runtime"], p["cdi"]))]
-    if runtime == "containerd":
-        dropin = os.path.abspath(p["dropin"])
-        _files.check_file(dropin, "dropin")
-        text = read_text(module, path, "path")
-        main = _runtime.parse_toml(text, path)
-        version = _runtime.containerd_version(main, p["config_version"], path)
-        if "cri" in (main.get("disabled_plugins") or []) or _runtime.CRI_PLUGIN[version] in (main.get("disabled_plugins") or []):
-            warnings.append("%s disables containerd's CRI plugin (disabled_plugins), so Kubernetes cannot use the %s "
-                            "runtime until it is enabled; the runtime was added anyway." % (path, p["name"]))
-        if version == 1:
-            # Version 1 has no drop-ins: the runtime goes into the main config, as nvidia-ctk does.
-            return [(path, "path", text, _runtime.containerd_v1(text, main, p["name"], p["runtime_path"], p["default_runtime"],
-                                                                p["cdi"], path))]
-        dropin_text = read_text(module, dropin, "dropin")
-        _runtime.parse_toml(dropin_text, dropin)
-        glob = os.path.join(os.path.dirname(dropin), "*.toml")
-        document = _runtime.containerd_dropin(main, version, p["name"], p["runtime_path"], p["default_runtime"], path,
-                                              p["cdi"])
-        # The drop-in first: the main config imports it only once it exists.
-        return [
-            (dropin, "dropin", dropin_text, _runtime.dump_toml(document, _runtime.DROPIN_HEADER)),
-            (path, "path", text, _runtime.containerd_main(text, main, path, glob, version)),
-        ]
-    if p["cdi"] is not None:
-        warnings.append("cdi has no CRI-O setting to change: CRI-O reads CDI specs from its cdi_spec_dirs "
-                        "(/etc/cdi, /var/run/cdi) by default; cdi was ignored for crio.")
-    text = read_text(module, path, "path")
-    _runtime.parse_toml(text, path)
-    crio_config = os.path.abspath(p["crio_config"])
-    source = _runtime.parse_toml(read_text(module, crio_config, "crio_config"), crio_config)
-    return [(path, "path", text, _runtime.dump_toml(_runtime.crio_dropin(p["name"], p["runtime_path"], p["default_runtime"],
-                                                                         source, crio_config), _runtime.DROPIN_HEADER))]
-
-
-def plan_absent(module: AnsibleModule, path: str, record: dict[str, dict[str, t.Any]]) -> list[Planned]:
-    p = module.params
-    runtime = p["runtime"]
-
-    def original(file: str) -> tuple[bool, str | None]:
-        return file in record, record.get(file, {}).get("original")
-
-    if runtime == "docker":
-        text = read_text(module, path, "path")
-        return [(path, "path", text, _runtime.docker_remove(text, path, p["name"], *original(path)))]
-    if runtime == "containerd":
-        dropin = os.path.abspath(p["dropin"])
-        dropin_text = read_text(module, dropin, "dropin")
-        text = read_text(module, path, "path")
-        main = _runtime.parse_toml(text, path)
-        planned: list[Planned] = []
-        if main:
-            if _runtime.containerd_version(main, None, path) == 1:
-                new = _runtime.containerd_v1_remove(text, main, path, p["name"], *original(path))
-            else:
-                glob = os.path.join(os.path.dirname(dropin), "*.toml")
-                # The glob is the module's to take out only when it added it: a recorded drop-in with no record of
-                # the main config means the main config already imported it; without any record, containerd's
-                # own drop-in directory (the 2.2 default config's import) is left alone.
-                keep = path not in record and (dropin in record or glob == _runtime.CONTAINERD_DEFAULT_IMPORT)
-                new = _runtime.containerd_main_remove(text, main, path, glob, *original(path), keep_import=keep)
-            planned.append((path, "path", text, new))
-        elif text is not None and path in record and record[path]["original"] is None:
-            planned.append((path, "path", text, None))  # created empty by the module, still empty
-        # The main config first: it stops importing the drop-in before the drop-in goes.
-        return planned + [(dropin, "dropin", dropin_text, None)]
-    return [(path, "path", read_text(module, path, "path"), None)]
+def write_planned(module: AnsibleModule, files: list[_runtime.Planned], result: dict[str, list[t.Any]]) -> None:
+    """Write or remove each planned file in plan order, adding to the result's lists; nothing in check mode."""
+    for file, what, before, content in files:
+        if content is None:
+            if before is None:
+                continue
+            result["removed_files"].append(file)
+            result["diff"].append({"before": before, "after": "", "before_header": file, "after_header": "%s (absent)" % file})
+            if not module.check_mode:
+                if module.params["backup"]:
+                    result["backup_files"].append(module.backup_local(file))
+                _files.remove(file, what)
+            continue
+        data = to_bytes(content)
+        directory = os.path.dirname(file)
+        if not _files.check_directory(directory, what):
+            result["changed_files"].append(file)
+            result["diff"].append(_files.make_diff(file, None, data))
+            if module.check_mode:
+                continue
+            _files.make_dirs(directory, what)
+        outcome = _files.write_file(module, file, data, backup=module.params["backup"], what=what)
+        if outcome.changed and file not in result["changed_files"]:
+            result["changed_files"].append(file)
+            result["diff"].append(outcome.diff)
+        if outcome.backup_file:
+            result["backup_files"].append(outcome.backup_file)
 
 
 def main() -> None:
@@ -424,20 +336,20 @@ def main() -> None:
             path=dict(type="path"),
             state=dict(type="str", choices=["present", "absent"], default="present"),
             record=dict(type="path", default=DEFAULT_RECORD),
-            dropin=dict(type="path", default="/etc/containerd/conf.d/99-nvidia.toml"),
+            dropin=dict(type="path", default=_runtime.DEFAULT_CONTAINERD_DROPIN),
             config_version=dict(type="int"),
             name=dict(type="str", default="nvidia"),
             runtime_path=dict(type="path", default="/usr/bin/nvidia-container-runtime"),
             default_runtime=dict(type="bool", default=False),
             cdi=dict(type="bool"),
-            crio_config=dict(type="path", default="/etc/crio/crio.conf"),
+            crio_config=dict(type="path", default=_runtime.DEFAULT_CRIO_CONFIG),
             crio_config_dir=dict(type="path"),
             backup=dict(type="bool", default=True),
         ),
         supports_check_mode=True,
     )
     params = module.params
-    errors = check_options(params)
+    errors = _validate.check(params, RULES) or _runtime.option_errors(params)
     if errors:
         module.fail_json(msg="; ".join(errors), errors=errors)
     runtime = params["runtime"]
@@ -448,19 +360,16 @@ def main() -> None:
             result["crio_config_dir"] = {"path": os.path.dirname(path), "source": "path"}
     elif runtime == "crio":
         result["crio_config_dir"] = crio_config_dir(module)
-        path = os.path.join(result["crio_config_dir"]["path"], CRIO_DROPIN_NAME)
+        path = os.path.join(result["crio_config_dir"]["path"], _runtime.CRIO_DROPIN_NAME)
     else:
-        path = DEFAULT_PATHS[runtime]
+        path = _runtime.DEFAULT_PATHS[runtime]
     record_path = os.path.abspath(params["record"])
 
     # Plan: every file read and parsed, every error raised, before anything is written.
     warnings: list[str] = []
     try:
-        record = load_record(record_path)
-        if params["state"] == "present":
-            files = plan_present(module, path, warnings)
-        else:
-            files = plan_absent(module, path, record)
+        record = _files.read_originals(record_path)
+        files = _runtime.plan(params, path, record, _files.read_text, _files.check_file, warnings)
     except _files.FileError as exc:
         module.fail_json(msg=str(exc), path=exc.path)
     except _runtime.RuntimeConfigError as exc:
@@ -468,79 +377,36 @@ def main() -> None:
         module.fail_json(msg=msg, path=path)
     for warning in warnings:
         module.warn(warning)
-
-    new_record = dict(record)
-    for file, _what, before, content in files:
-        if params["state"] == "absent":
-            new_record.pop(file, None)
-        elif content != before and file not in new_record:
-            new_record[file] = {"original": before}
+    new_record = _files.note_originals(record, [(file, before, content) for file, _what, before, content in files], params["state"])
 
     # Act: the record first (it must know the originals before they are replaced), then the files in plan order.
-    changed_files: list[str] = []
-    removed_files: list[str] = []
-    backups: list[str] = []
-    diffs: list[dict[str, t.Any]] = []
+    done: dict[str, list[t.Any]] = {"changed_files": [], "removed_files": [], "backup_files": [], "diff": []}
     try:
         if params["state"] == "present":
-            write_record(module, record_path, record, new_record)
-        for file, what, before, content in files:
-            if content is None:
-                if before is None:
-                    continue
-                removed_files.append(file)
-                diffs.append({"before": before, "after": "", "before_header": file, "after_header": "%s (absent)" % file})
-                if not module.check_mode:
-                    if params["backup"]:
-                        backups.append(module.backup_local(file))
-                    _files.remove(file, what)
-                continue
-            data = to_bytes(content)
-            directory = os.path.dirname(file)
-            if not _files.check_directory(directory, what):
-                changed_files.append(file)
-                diffs.append(_files.make_diff(file, None, data))
-                if module.check_mode:
-                    continue
-                _files.make_dirs(directory, what)
-            outcome = _files.write_file(module, file, data, backup=params["backup"], what=what)
-            if outcome.changed and file not in changed_files:
-                changed_files.append(file)
-                diffs.append(outcome.diff)
-            if outcome.backup_file:
-                backups.append(outcome.backup_file)
+            _files.write_originals(module, record_path, record, new_record)
+        write_planned(module, files, done)
         if params["state"] == "absent":
-            write_record(module, record_path, record, new_record)
+            _files.write_originals(module, record_path, record, new_record)
     except _files.FileError as exc:
         module.fail_json(msg=str(exc), path=exc.path)
 
-    changed = bool(changed_files or removed_files or new_record != record)
-    paths = [file for file, _what, _before, _content in files]
+    changed = bool(done["changed_files"] or done["removed_files"] or new_record != record)
     module.exit_json(
         changed=changed,
-        files=paths,
+        files=[file for file, _what, _before, _content in files],
         engine=engine_state(module, runtime, changed, files),
-        changed_files=changed_files,
-        removed_files=removed_files,
-        backup_files=backups,
         runtime_name=params["name"],
-        diff=diffs,
+        **done,
         **result,
     )
 
 
-def engine_state(module: AnsibleModule, runtime: str, changed: bool, files: list[Planned]) -> dict[str, t.Any]:
+def engine_state(module: AnsibleModule, runtime: str, changed: bool, files: list[_runtime.Planned]) -> dict[str, t.Any]:
     """The engine's state after the merge (RV(engine)): what the restart decision reads, without a call of its own.
     Docker's live-restore comes from daemon.json as this call leaves it (or, in check mode, would leave it)."""
     states, problem = _engine_restart.engine_states(module, [{"name": runtime, "changed": changed, "files": [f[0] for f in files]}])
     live_restore = _engine_restart.live_restore(files[0][3] if files else None) if runtime == "docker" else None
     return dict(states[0], live_restore=live_restore, problem=problem)
-
-
-def write_record(module: AnsibleModule, path: str, before: dict[str, t.Any], after: dict[str, t.Any]) -> None:
-    """Write (or remove, once empty) the record when it changed; nothing in check mode. Raises FileError."""
-    if after != before:
-        _files.write_json_record(module, path, after)
 
 
 if __name__ == "__main__":

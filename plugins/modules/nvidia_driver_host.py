@@ -7,9 +7,11 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: nvidia_driver_host
-short_description: Read, in one call, what the nvidia_driver role plans from on a host
+short_description: Internal. Read, in one call, what the nvidia_driver role plans from on a host
 version_added: 0.1.0
 description:
+  - Internal to the roles C(gpuhost.nvidia.nvidia_driver) and C(gpuhost.nvidia.nvidia_container_toolkit) (their host
+    read); no compatibility promise.
   - Read-only. Gathers what the C(gpuhost.nvidia.nvidia_driver) role's plan and its later tasks read from the host - the
     Secure Boot state, a driver installed by NVIDIA's C(.run) installer, the installed packages the role reasons about,
     other repository definitions that name NVIDIA's hosts, the running kernel's headers and whether a repository offers

@@ -317,7 +317,7 @@ import typing as t
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuhost.nvidia.plugins.module_utils import _files, _settings, _settings_apply, _validate
-from ansible_collections.gpuhost.nvidia.plugins.module_utils._common import STATE_NO_GPU, STATE_OK
+from ansible_collections.gpuhost.nvidia.plugins.module_utils._gpu_schema import STATE_NO_GPU, STATE_OK
 
 
 # The settings options live with the planner, which gpu_settings' check of its spec runs on the controller too.

@@ -160,10 +160,14 @@ def check_options(params: dict[str, t.Any]) -> list[str]:
     return errors
 
 
+def _added(value: t.Any) -> t.Any:
+    """One file's entry of the record: the arguments the module added (a list), else skipped."""
+    return [str(arg) for arg in value] if isinstance(value, list) else _files.SKIP
+
+
 def load_record(path: str) -> dict[str, list[str]]:
-    """The record, by command-line file. Raises FileError for a record that is not a JSON object of lists."""
-    record = _files.read_json_record(path).data
-    return {str(k): [str(a) for a in v] for k, v in record.items() if isinstance(v, list)}
+    """The record, by command-line file. Raises FileError for a record that is not a JSON object."""
+    return _files.read_file_record(path, _added)
 
 
 def main() -> None:
@@ -213,12 +217,11 @@ def main() -> None:
         result["diff"] = outcome.diff
         if outcome.backup_file:
             result["backup_file"] = outcome.backup_file
-    if new_record != record:
-        result["changed"] = True
-        try:
-            _files.write_json_record(module, record_path, new_record)
-        except _files.FileError as exc:
-            module.fail_json(msg=str(exc), path=exc.path)
+    try:
+        if _files.write_file_record(module, record_path, record, new_record):
+            result["changed"] = True
+    except _files.FileError as exc:
+        module.fail_json(msg=str(exc), path=exc.path)
     module.exit_json(**result)
 
 

@@ -264,3 +264,40 @@ def test_account_error(value, problem):
         assert found is None
     else:
         assert found.startswith("owner: ") and problem in found, found
+
+
+def test_originals_record_round_trip_skips_other_shapes(tmp_path):
+    """The one originals record of compose and the runtime merge: {file: {"original": text or null}} on disk."""
+    path = str(tmp_path / "state" / "originals.json")
+    module = FakeModule(str(tmp_path))
+    os.makedirs(os.path.dirname(path))
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write('{"/a": {"original": "x\\n"}, "/b": {"original": null}, "/c": {"original": 3}, "/d": ["y"]}')
+    record = _files.read_originals(path)
+    assert record == {"/a": "x\n", "/b": None}
+    after = _files.note_originals(record, [("/a", "changed\n", "new\n"), ("/e", None, "new\n"), ("/f", "same\n", "same\n")], "present")
+    assert after == {"/a": "x\n", "/b": None, "/e": None}
+    assert not _files.write_originals(module, path, after, dict(after))  # type: ignore[arg-type]
+    assert _files.write_originals(module, path, record, after)  # type: ignore[arg-type]
+    assert _files.read_json_record(path).data == {"/a": {"original": "x\n"}, "/b": {"original": None}, "/e": {"original": None}}
+    gone = _files.note_originals(after, [("/a", "new\n", None), ("/b", None, None), ("/e", "new\n", None)], "absent")
+    assert gone == {}
+    assert _files.write_originals(module, path, after, gone) and not os.path.exists(path)  # type: ignore[arg-type]
+
+
+def test_file_record_check_mode_writes_nothing(tmp_path):
+    path = str(tmp_path / "state" / "args.json")
+    (tmp_path / "scratch").mkdir()
+    module = FakeModule(str(tmp_path / "scratch"), check_mode=True)
+    before = hostile.snapshot(str(tmp_path))
+    assert _files.write_file_record(module, path, {}, {"/etc/default/grub": ["iommu=pt"]})  # type: ignore[arg-type]
+    assert hostile.snapshot(str(tmp_path)) == before
+    assert _files.read_file_record(path, lambda value: value) == {}
+
+
+def test_read_text_refuses_non_utf8(tmp_path):
+    path = tmp_path / "daemon.json"
+    path.write_bytes(b"\xff\xfe{}")
+    with pytest.raises(_files.FileError, match="is not UTF-8 text .*; it was not changed"):
+        _files.read_text(str(path))
+    assert _files.read_text(str(tmp_path / "missing")) is None
