@@ -19,7 +19,7 @@ mkdir -p "$work"
 python "$repo/ee/offline.py" "$work/definition" "$base" "$tag" | sed "s/^/[ee] /" >&2
 # --no-cache would cost minutes of pip on every run; the layers are keyed by the context's files.
 ansible-builder build --container-runtime podman -f "$work/definition/execution-environment.yml" \
-    --context "$work/context" -t "$tag" -v 2 >"$work/build.log" 2>&1 || {
+    --context "$work/context" -t "$tag" -v 3 >"$work/build.log" 2>&1 || {
     tail -n 40 "$work/build.log" >&2
     log "ansible-builder build failed; the whole log is $work/build.log"
     exit 1
