@@ -66,10 +66,14 @@ def start_host(name: str, public_key: str) -> str:
 
 
 def site_variables() -> dict:
-    """The site scenario's variables for its Debian hosts, with its lookups resolved here (the EE has no checkout)."""
+    """The site scenario's variables for its Debian hosts (over the shared Molecule config's), with its lookups resolved
+    here (the EE has no checkout)."""
+    shared = yaml.safe_load((REPO / ".config" / "molecule" / "config.yml").read_text(encoding="utf-8"))
     scenario = yaml.safe_load((REPO / "molecule" / "site" / "molecule.yml").read_text(encoding="utf-8"))
     groups = scenario["provisioner"]["inventory"]["group_vars"]
-    variables = dict(groups["all"], **groups["debian"])
+    # nvidia_driver_secure_boot: "false" among them: a container cannot read the firmware's Secure Boot state.
+    variables = dict(shared["provisioner"]["inventory"]["group_vars"]["all"], **groups["all"])
+    variables.update(groups["debian"])
     for name in ("gpuhost_summary_dir", "gpuhost_fast_path"):
         variables.pop(name, None)
     fingerprint = (REPO / ".cache" / "repos" / "current" / "key" / "fingerprint").read_text(encoding="utf-8").strip()
@@ -118,6 +122,14 @@ def timed(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[subprocess.C
 
 def navigator(image: str, work: Path, address: str, variables: dict) -> None:
     host = "navigator"
+    # ansible-navigator refuses podman without /dev/mqueue (POSIX message queues); a container-like machine may not
+    # have the directory, and its own hint is to create it.
+    mqueue = Path("/dev/mqueue")
+    if not mqueue.is_dir():
+        if os.geteuid() != 0:
+            sys.exit("tests/ee: ansible-navigator needs the directory /dev/mqueue: create it as root (mkdir /dev/mqueue)")
+        mqueue.mkdir()
+        print("created /dev/mqueue (ansible-navigator requires it with podman)")
     key = work / "id"
     # The EE runs as uid 1000 (ansible-builder's default user): the key must be that user's, mode 0600, for ssh.
     os.chown(key, 1000, 1000)
@@ -126,7 +138,8 @@ def navigator(image: str, work: Path, address: str, variables: dict) -> None:
     inventory.write_text(yaml.safe_dump({"all": {"hosts": {host: host_vars}}}), encoding="utf-8")
     argv = [str(Path(sys.executable).parent / "ansible-navigator"), "run", "playbooks/site.yml", "-i", str(inventory),
             "--eei", image, "--ee", "true", "--ce", "podman", "--mode", "stdout", "--pull-policy", "never",
-            "--pae", "false", "--lf", str(work / "navigator.log"), "--eev", "%s:%s" % (work, work),
+            # navigator mounts the inventory's directory (the key is there too) at the same path in the EE.
+            "--pae", "false", "--lf", str(work / "navigator.log"),
             "--senv", "ANSIBLE_PIPELINING=True", "--senv", "ANSIBLE_FORCE_COLOR=False"]
     env = dict(PODMAN_ENV, HOME=str(work / "home"))
     (work / "home").mkdir(exist_ok=True)
@@ -151,10 +164,10 @@ def runner(image: str, work: Path, address: str, variables: dict) -> None:
             "--container-image", image, "--process-isolation", "--process-isolation-executable", "podman"]
     proc, elapsed = timed(argv, REPO, PODMAN_ENV)
     check("ansible-runner: first converge", proc, host, elapsed, changed=True)
-    status = sorted((data / "artifacts").glob("*/status"))
-    if not status or status[-1].read_text(encoding="utf-8").strip() != "successful":
-        sys.exit("tests/ee: ansible-runner's artifacts say %s, not successful" % (status[-1].read_text(encoding="utf-8")
-                                                                                   if status else "nothing"))
+    status_files = sorted((data / "artifacts").glob("*/status"))
+    status = status_files[-1].read_text(encoding="utf-8").strip() if status_files else "nothing"
+    if status != "successful":
+        sys.exit("tests/ee: ansible-runner's artifacts say %s, not successful" % status)
 
 
 def main() -> None:
