@@ -4,6 +4,11 @@
 # ansible-navigator (first converge, then a second run with changed=0) and ansible-runner (tests/ee/converge.py).
 #   tests/ee/run.sh                 build (layers cached) and run
 #   GPUHOST_EE_IMAGE=IMG tests/ee/run.sh   use an EE built before
+# Measured 2026-11-29 on the shared 2-core machine under a load of 20-28 (other helpers' benchmarks): the first image
+# build 682 s (74 s of it downloading 53 wheels), two hosts with sshd 80-154 s, navigator's first converge 749 s and
+# its second run 796 s (changed=0). On an idle machine expect a fraction of that, but well over the 3 minutes CI
+# could spare: not in `make test`, and not in `make rehearsal` (its nested podman uses vfs storage, which copies
+# every layer of a 700 MB image build).
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$repo"
