@@ -21,7 +21,7 @@ DISTRO ?=
 UPSTREAM ?= 0
 SCENARIOS ?=
 
-.PHONY: help venv deps images repos unit sanity lint changelog-lint build molecule test demo rehearsal gpu-bundle gpu clean
+.PHONY: help venv deps images repos unit sanity lint changelog-lint build molecule test demo rehearsal gpu-bundle gpu clean ee ee-test
 
 help:
 	@sed -n '2,7p' Makefile
@@ -84,6 +84,14 @@ rehearsal: deps
 demo: venv deps repos
 	tests/hosts/build.sh debian12
 	UPSTREAM=$(UPSTREAM) tests/demo/run.sh
+
+# The execution environment (docs/awx.md): `make ee` builds localhost/gpuhost-nvidia-ee:latest here without Galaxy or
+# a registry; `make ee-test` also converges test hosts with it through ansible-navigator and ansible-runner (on demand).
+ee: venv deps
+	ee/build.sh
+
+ee-test: venv deps repos
+	tests/ee/run.sh
 
 # The GPU tier (tests/gpu/README.md): gpu-bundle prepares wheels + tarball for a machine without network;
 # `make gpu OUT=DIR` runs the read-only tier on this machine's NVIDIA GPUs from that bundle.
