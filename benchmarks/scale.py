@@ -64,13 +64,21 @@ COMPOSE = "install -d /srv/gpu-demo && printf 'services:\\n  app:\\n    image: b
 INOTIFY_PER_HOST = 6  # a systemd test container holds 5 (PID 1, journald, logind, dbus); one spare
 
 # Runs one command and writes its own RUSAGE_CHILDREN (the command and everything it waited for) as JSON: the
-# controller's CPU and peak RSS of one run, whatever ran before it in this process.
+# controller's CPU and peak RSS of one run, whatever ran before it in this process. It also reads the command's own
+# CPU (its main process alone, not the task workers it forked) from /proc once it has exited and before it is reaped:
+# ansible-playbook's strategy runs in that one process, which can use one core at most.
 WRAPPER = r"""
-import json, resource, subprocess, sys
-proc = subprocess.run(sys.argv[2:], check=False)
+import json, os, resource, subprocess, sys
+proc = subprocess.Popen(sys.argv[2:])
+os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
+with open("/proc/%d/stat" % proc.pid, encoding="ascii") as stat:
+    fields = stat.read().rsplit(")", 1)[1].split()
+tick = os.sysconf("SC_CLK_TCK")
+main = (int(fields[11]) + int(fields[12])) / tick
+proc.wait()
 usage = resource.getrusage(resource.RUSAGE_CHILDREN)
 with open(sys.argv[1], "w", encoding="utf-8") as out:
-    json.dump({"user": usage.ru_utime, "sys": usage.ru_stime, "maxrss_kib": usage.ru_maxrss}, out)
+    json.dump({"user": usage.ru_utime, "sys": usage.ru_stime, "maxrss_kib": usage.ru_maxrss, "main_s": main}, out)
 sys.exit(proc.returncode)
 """
 
@@ -163,7 +171,8 @@ def timed(argv: list[str], env: dict[str, str], work: Path, prefix: list[str] | 
     if proc.returncode != 0:
         sys.exit("failed (%d): %s\n%s" % (proc.returncode, " ".join(argv), (proc.stdout + proc.stderr)[-3000:]))
     usage = json.loads(usage_file.read_text(encoding="utf-8"))
-    return {"wall_s": round(wall, 1), "cpu_s": round(usage["user"] + usage["sys"], 1), "peak_rss_mib": round(usage["maxrss_kib"] / 1024),
+    return {"wall_s": round(wall, 1), "cpu_s": round(usage["user"] + usage["sys"], 1), "main_cpu_s": round(usage["main_s"], 1),
+            "peak_rss_mib": round(usage["maxrss_kib"] / 1024),
             "machine_cpu_s": round(busy, 1), "load1": round(load, 1)}, proc.stdout
 
 
@@ -230,6 +239,17 @@ def mem_available_mib() -> int:
     return int(match.group(1)) // 1024 if match else -1
 
 
+# Leaf frames that block (a queue read, the strategy's poll loop, a socket read): py-spy's idle detection does not see
+# them as idle with --nonblocking.
+WAITING = ("_wait_on_pending_results", "Connection._recv", "SimpleQueue.get", "SocketIO.readinto", "Popen._try_wait",
+           "SemLock.__enter__", "Condition.wait", "Event.wait", "select (", "poll (", "time.sleep")
+
+
+# This collection's plugins, as py-spy names their frames: "function (file.py:line)", the bare file name for a file the
+# collection loader imported.
+OURS = {kind: tuple("(%s:" % path.name for path in (REPO / "plugins" / kind).glob("*.py")) for kind in ("action", "filter")}
+
+
 def profile_summary(raw: Path, top: int = 15) -> list[str]:
     """Where py-spy's samples fall: inclusive shares of named frames (a stack counts once per row) and the top own frames."""
     workers = "WorkerProcess._run"
@@ -242,38 +262,43 @@ def profile_summary(raw: Path, top: int = 15) -> list[str]:
         ("  the variable manager (get_vars)", lambda st: workers not in st and "vars/manager.py" in st),
         ("worker processes (one per task and host)", lambda st: workers in st),
         ("  module payload build (AnsiballZ)", lambda st: workers in st and "module_common.py" in st),
-        ("  gpuhost.nvidia action plugins", lambda st: workers in st and "gpuhost/nvidia/plugins/action/" in st),
-        ("  gpuhost.nvidia filters", lambda st: "gpuhost/nvidia/plugins/filter/" in st),
+        ("  gpuhost.nvidia action plugins", lambda st: workers in st and any(p in st for p in OURS["action"])),
+        ("  gpuhost.nvidia filters", lambda st: any(p in st for p in OURS["filter"])),
         ("  templating (task arguments)", lambda st: workers in st and ("_templating" in st or "jinja2/" in st)),
-        ("  the variable manager (get_vars)", lambda st: workers in st and "vars/manager.py" in st),
-        ("  connection (agent calls)", lambda st: workers in st and "plugins/connection/" in st),
+        ("  the variable manager (get_vars) in workers", lambda st: workers in st and "vars/manager.py" in st),
+        ("  connection (agent calls)", lambda st: workers in st and ("plugins/connection/" in st or "(gpuhost_podman.py:" in st)),
         ("  imports (collection loader, bytecode)", lambda st: workers in st and ("_collection_finder" in st or "importlib._bootstrap" in st)),
     ]
     counts = collections.Counter()
     own = collections.Counter()
-    total = 0
+    total = waiting = 0
     for line in raw.read_text(encoding="utf-8", errors="replace").splitlines():
-        stack, _, count = line.rpartition(" ")
+        stack, _space, count = line.rpartition(" ")
         if not count.isdigit():
             continue
         samples = int(count)
+        leaf = stack.rsplit(";", 1)[-1]
+        if any(wait in leaf for wait in WAITING):  # blocked, though py-spy's idle detection counted it
+            waiting += samples
+            continue
         total += samples
-        own[stack.rsplit(";", 1)[-1]] += samples
+        own[leaf] += samples
         for label, test in rows:
             if test(stack):
                 counts[label] += samples
-    lines = ["py-spy: %d samples of CPU (not idle) in ansible-playbook and its workers; shares are inclusive" % total]
+    lines = ["py-spy: %d samples in ansible-playbook and its workers, less %d in waits py-spy took for work (queue reads, the"
+             " strategy's poll sleep); shares are inclusive" % (total, waiting)]
     lines += ["  %5.1f%%  %s" % (100 * counts[label] / max(total, 1), label) for label, _test in rows]
     lines.append("top own frames:")
     lines += ["  %5.1f%%  %s" % (100 * n / max(total, 1), frame[:150]) for frame, n in own.most_common(top)]
     return lines
 
 
-COLUMNS = "%-44s %5s %7s %7s %8s %7s %7s %7s %10s %11s %5s"
+COLUMNS = "%-44s %5s %7s %7s %7s %8s %7s %7s %7s %10s %11s %5s"
 
 
 def print_row(label: str, row: dict) -> None:
-    print(COLUMNS % (label, row["hosts"], "%.1f" % row["wall_s"], "%.1f" % row["cpu_s"], "%.1f" % row["machine_cpu_s"],
+    print(COLUMNS % (label, row["hosts"], "%.1f" % row["wall_s"], "%.1f" % row["cpu_s"], "%.1f" % row["main_cpu_s"], "%.1f" % row["machine_cpu_s"],
                      row["task_results"], row["changed"], row["peak_rss_mib"], "%.2f" % (row["cpu_s"] / row["hosts"]),
                      "%.1f" % (1000 * row["cpu_s"] / max(row["task_results"], 1)), "%.1f" % row["load1"]), flush=True)
 
@@ -303,7 +328,7 @@ def main() -> None:  # noqa: C901 - one measurement, in order
     print("site.yml, Debian 12 containers, forks %d, strategy linear, %d CPUs, %.0f GiB, %s UTC; load %s"
           % (args.forks, os.cpu_count() or 0, os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30,
              time.strftime("%Y-%m-%d %H:%M", time.gmtime()), " ".join("%.1f" % x for x in os.getloadavg())))
-    print(COLUMNS % ("run", "hosts", "wall s", "cpu s", "machine s", "results", "changed", "rss MiB", "cpu/host s", "cpu/task ms", "load"),
+    print(COLUMNS % ("run", "hosts", "wall s", "cpu s", "main s", "machine s", "results", "changed", "rss MiB", "cpu/host s", "cpu/task ms", "load"),
           flush=True)
 
     def record(label: str, row: dict) -> dict:
@@ -311,6 +336,8 @@ def main() -> None:  # noqa: C901 - one measurement, in order
         row.pop("per_host", None)
         rows.append(row)
         print_row(label, row)
+        if args.json:  # after every row: a run stopped half-way keeps what it measured
+            args.json.write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
         return row
 
     try:
@@ -334,10 +361,11 @@ def main() -> None:  # noqa: C901 - one measurement, in order
             idle = memory(hosts)
             idle["mem_available_drop_mib"] = available - mem_available_mib()
             print("memory, %d converged hosts idle: PSS per host median %.1f MiB (max %.1f, total %d), RSS median %.1f MiB;"
-                  " MemAvailable fell by %d MiB when they started" % (idle["hosts"], idle["pss_mib_median"], idle["pss_mib_max"],
-                                                                    idle["pss_mib_total"], idle["rss_mib_median"], idle["mem_available_drop_mib"]), flush=True)
+                  " MemAvailable fell by %d MiB when they started"
+                  % (idle["hosts"], idle["pss_mib_median"], idle["pss_mib_max"], idle["pss_mib_total"], idle["rss_mib_median"],
+                     idle["mem_available_drop_mib"]), flush=True)
             rows.append(dict(idle, run="memory, idle"))
-            for size in sorted(args.sizes):
+            for size in args.sizes:  # in the order given: the sizes that matter most first, on a machine that may run out of time
                 record("setup (the floor)", setup(inv, names[:size], args.forks, work))
                 row = play(inv, names[:size], args.forks, work)
                 wrong = {name: host for name, host in row["per_host"].items() if host != reference}
