@@ -21,7 +21,7 @@ DISTRO ?=
 UPSTREAM ?= 0
 SCENARIOS ?=
 
-.PHONY: help venv deps images repos unit sanity lint changelog-lint build molecule test demo rehearsal gpu-bundle gpu clean
+.PHONY: help venv venv218 deps images repos unit sanity lint changelog-lint build molecule test demo rehearsal gpu-bundle gpu clean
 
 help:
 	@sed -n '2,7p' Makefile
@@ -39,6 +39,25 @@ $(COLLECTION_LINK): $(VENV)/.stamp
 	ln -sfn $(CURDIR) $@
 
 venv: $(COLLECTION_LINK)
+
+# A second venv on the oldest ansible-core meta/runtime.yml claims: requirements/dev.txt without its ansible and
+# ansible-core pins, constrained by requirements/constraints-core218.txt. Under .cache (ignored by git, the build,
+# ansible-lint and yamllint). Use it with GPUHOST_VENV=$(VENV218): tests/sanity/run.sh and tests/molecule/run.sh
+# put its bin/ first on PATH and its collections (the `ansible` package's, plus this checkout) on the collection path.
+VENV218 := .cache/venv-core218
+$(VENV218)/.stamp: requirements/dev.txt requirements/constraints-core218.txt
+	$(PYTHON) -m venv $(VENV218)
+	$(VENV218)/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
+	grep -Ev '^ansible(-core)?==' requirements/dev.txt >$(VENV218)/requirements.txt
+	$(VENV218)/bin/python -m pip install --quiet --disable-pip-version-check \
+		-r $(VENV218)/requirements.txt -c requirements/constraints-core218.txt ansible-core ansible
+	$(VENV218)/bin/python -m pip freeze | grep -E '^ansible(-core|-lint)?==|^molecule==' >$(VENV218)/resolved.txt
+	mkdir -p $(VENV218)/$(SITE)/ansible_collections/gpuhost
+	ln -sfn $(CURDIR) $(VENV218)/$(SITE)/ansible_collections/gpuhost/nvidia
+	touch $@
+
+venv218: $(VENV218)/.stamp
+	@cat $(VENV218)/resolved.txt
 
 # System packages the tiers need, by package name from one list (bindep.txt), installed with apt.
 deps:
