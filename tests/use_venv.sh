@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by tests/sanity/run.sh and tests/molecule/run.sh: with GPUHOST_VENV set (a venv directory, relative to the
 # repository root or absolute; `make venv218` builds .cache/venv-core218), that venv's tools come first on PATH and
 # its collections (the `ansible` package's, plus this checkout linked by the Makefile) are the collection path, so a
