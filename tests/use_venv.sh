@@ -16,5 +16,5 @@ if [[ -n "${GPUHOST_VENV:-}" ]]; then
     export PATH="$gpuhost_venv/bin:$PATH"
     export ANSIBLE_COLLECTIONS_PATH="${gpuhost_site[0]}"
     export VIRTUAL_ENV="$gpuhost_venv"
-    echo "GPUHOST_VENV: $(ansible --version | head -n1) from $gpuhost_venv" >&2
+    echo "GPUHOST_VENV: ansible [core $("$gpuhost_venv/bin/python" -c 'from ansible.release import __version__; print(__version__)')] from $gpuhost_venv" >&2
 fi
