@@ -97,7 +97,7 @@ def _stated_run(role_tasks, tmp_path: Path) -> dict[str, dict]:
         variables = {"nvidia_driver_facts_root": str(root), "nvidia_driver_source": "nvidia", "nvidia_driver_require_headers": False,
                      "nvidia_driver_branch": "580"}
         _STATED_RUN.update(role_tasks(ROLE, "preflight.yml", variables, before=[gather],
-                                      cases={"stated%d" % index: {"nvidia_driver_secure_boot": stated} for index, (stated, _) in enumerate(STATED)}))
+                                      cases={"stated%d" % index: {"nvidia_driver_secure_boot": case[0]} for index, case in enumerate(STATED)}))
     return _STATED_RUN
 
 
