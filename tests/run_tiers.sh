@@ -10,7 +10,7 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo" || exit 2
 logs="$repo/tests/output/tiers"
 mkdir -p "$logs"
-tiers=(unit changelog-lint lint sanity sanity218 build molecule)
+tiers=(unit changelog-lint lint sanity build molecule)
 declare -A status secs
 failed=0
 
@@ -27,7 +27,6 @@ executed() {
         changelog-lint) echo "$(find changelogs/fragments -name '*.yml' | wc -l) fragments" ;;
         lint) grep -Eo '[0-9]+ files processed' "$log" | tail -n1 | sed 's/$/ by ansible-lint/' ;;
         sanity) echo "$(grep -c '^Running sanity test' "$log") sanity tests" ;;
-        sanity218) echo "$(grep -c '^Running sanity test' "$log") sanity tests on $(grep -Eo 'ansible \[core [0-9.]+\]' "$log" | head -n1)" ;;
         build) echo "$(grep -c '^ok:' "$log") plugins/roles listed from the installed tarball" ;;
         molecule) grep -E '^molecule: ' "$log" | sed 's/^molecule: //; s/$/ scenarios/' ;;
     esac
