@@ -8,9 +8,13 @@
 # scenario whose name has the DISTRO as one of its dash-separated parts), and a scenario without such a
 # platform is skipped with a message. DISTRO is also exported to the scenarios as GPUHOST_DISTRO.
 # MOLECULE_JOBS (default 2: a third job slowed every scenario down on 2 cores) scenarios run at once; each logs to tests/output/molecule/<name>.log.
+# GPUHOST_VENV=.cache/venv-core218 runs the scenarios with that venv's molecule and ansible-core (make venv218;
+# tests/use_venv.sh), e.g. GPUHOST_VENV=.cache/venv-core218 tests/molecule/run.sh site debian12.
 set -uo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$repo" || exit 2
+# shellcheck source=tests/use_venv.sh
+source "$repo/tests/use_venv.sh"
 want="${1:-${MOLECULE_SCENARIOS:-}}"
 export GPUHOST_DISTRO="${2:-}"
 jobs="${MOLECULE_JOBS:-2}"

@@ -3,9 +3,12 @@
 # The collection is staged (git-tracked and untracked-not-ignored files) outside this
 # checkout, because ansible-test lists a collection's files through the enclosing git repo.
 #   tests/sanity/run.sh [extra ansible-test sanity args]
+# GPUHOST_VENV=.cache/venv-core218 runs it with that venv's ansible-test (make venv218; tests/use_venv.sh).
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+# shellcheck source=tests/use_venv.sh
+source "$repo/tests/use_venv.sh"
 stage="${GPUHOST_SANITY_STAGE:-${TMPDIR:-/tmp}/gpuhost-sanity}"
 dest="$stage/ansible_collections/gpuhost/nvidia"
 

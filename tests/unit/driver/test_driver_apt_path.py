@@ -264,8 +264,10 @@ def test_the_move_and_check_modes_unwritten_pin_are_decided_in_one_task():
     facts = task["ansible.builtin.set_fact"]
     assert facts == {"__nvidia_driver_offered_answer": "{{ __nvidia_driver_offered_rows }}",
                      "__nvidia_driver_move": "{{ __nvidia_driver_move_now }}",
-                     # vars[]: a name the template references is resolved even where `and` skips it (the move again)
-                     "__nvidia_driver_hold_pending": "{{ ansible_check_mode and vars['__nvidia_driver_move_now'].moves }}"}
+                     # The vars lookup: a name the template references is resolved even where `and` skips it (the move
+                     # again); not vars[], which ansible-core 2.18 hands over as the unrendered template string
+                     "__nvidia_driver_hold_pending":
+                         "{{ ansible_check_mode and lookup('ansible.builtin.vars', '__nvidia_driver_move_now').moves }}"}
     # In the task, the rows are the answer itself (the task variable hides the role variable, which is the fact).
     assert task["vars"]["__nvidia_driver_offered_rows"] == "{{ __nvidia_driver_offered_rows_now }}"
     assert ("gpuhost.nvidia.nvidia_driver_move(__nvidia_driver_installed_version, __nvidia_driver_offered_versions)"

@@ -14,17 +14,15 @@ are validated against Kubernetes' schemas in test_k8s_manifests.py.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from k8s_play import run_playbook
 
 REPO = Path(__file__).resolve().parents[3]
 PLAYBOOK = REPO / "playbooks" / "k8s_cluster.yml"
-FAKE = Path(__file__).resolve().parent / "fake_k8s"
 REQUEST = {
     "sharing": {"ts-4": {"time_slicing": {"replicas": 4}}}, "default_config": "ts-4",
     "nodes": ["gpu-node-1", "gpu-node-2"],
@@ -33,49 +31,50 @@ REQUEST = {
 }
 
 
-def _collections_path() -> str:
-    import ansible_collections.gpuhost.nvidia as collection  # the venv's link to this checkout
+def _player(tmp_path: Path):
+    log, store = tmp_path / "calls.jsonl", tmp_path / "store.json"
 
-    return os.pathsep.join([str(FAKE), str(Path(list(collection.__path__)[0]).parents[2])])
+    def run(*extra: str, request=None) -> tuple[int, dict, list[dict]]:
+        (tmp_path / "vars.yml").write_text(yaml.safe_dump({"gpuhost_k8s": REQUEST if request is None else request}))
+        return run_playbook(["-i", "localhost,", "-e", "ansible_connection=local", "-e", "ansible_python_interpreter=%s" % sys.executable,
+                             "-e", "@%s" % (tmp_path / "vars.yml"), str(PLAYBOOK), *extra], log, store)
+
+    run.store = store
+    return run
 
 
 @pytest.fixture
 def play(tmp_path):
-    log, store = tmp_path / "calls.jsonl", tmp_path / "store.json"
+    return _player(tmp_path)
 
-    def run(*extra: str, request=None) -> tuple[int, dict, list[dict]]:
-        if log.exists():
-            log.unlink()
-        (tmp_path / "vars.yml").write_text(yaml.safe_dump({"gpuhost_k8s": REQUEST if request is None else request}))
-        env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json", ANSIBLE_NOCOLOR="1", ANSIBLE_LOCALHOST_WARNING="0",
-                   ANSIBLE_INVENTORY_UNPARSED_WARNING="0", ANSIBLE_COLLECTIONS_PATH=_collections_path(),
-                   GPUHOST_FAKE_K8S_LOG=str(log), GPUHOST_FAKE_K8S_STORE=str(store))
-        proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,",
-                               "-e", "ansible_connection=local", "-e", "ansible_python_interpreter=%s" % sys.executable,
-                               "-e", "@%s" % (tmp_path / "vars.yml"), str(PLAYBOOK), *extra],
-                              env=env, capture_output=True, text=True, check=False, timeout=300)
-        try:
-            result = json.loads(proc.stdout)
-        except json.JSONDecodeError as exc:
-            raise AssertionError("no JSON from ansible-playbook (rc %d):\n%s\n%s" % (proc.returncode, proc.stdout, proc.stderr)) from exc
-        calls = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
-        return proc.returncode, result, calls
 
-    run.store = store
-    return run
+@pytest.fixture(scope="module")
+def lifecycle(tmp_path_factory):
+    """One stand-in cluster through check mode, apply, apply again, absent and absent again: each step's calls and
+    result, and the store after each run that writes."""
+    run = _player(tmp_path_factory.mktemp("lifecycle"))
+    steps = {}
+    steps["check"] = run("--check")
+    steps["check_store_exists"] = run.store.exists()
+    steps["apply"] = run()
+    steps["again"] = run()
+    steps["absent"] = run("-e", "gpuhost_k8s_state=absent")
+    steps["absent_store"] = json.loads(run.store.read_text())
+    steps["absent_again"] = run("-e", "gpuhost_k8s_state=absent")
+    return steps
 
 
 def changed(result):
     return result["stats"]["localhost"]["changed"]
 
 
-def test_check_mode_then_apply_then_nothing_changes(play):
-    rc, result, calls = play("--check")
+def test_check_mode_then_apply_then_nothing_changes(lifecycle):
+    rc, result, calls = lifecycle["check"]
     assert rc == 0 and changed(result) > 0
-    assert all(c["check_mode"] for c in calls) and not play.store.exists()
+    assert all(c["check_mode"] for c in calls) and not lifecycle["check_store_exists"]
     predicted = [(c["module"], c["args"].get("state"), c["args"].get("kind") or c["args"].get("definition", {}).get("kind")) for c in calls]
 
-    rc, result, calls = play()
+    rc, result, calls = lifecycle["apply"]
     assert rc == 0 and changed(result) == 3  # the apply, label and taint tasks; every item changed the store
     assert len(calls) == 6 + 2 + 2
     assert [(c["module"], c["args"].get("state"), c["args"].get("kind") or c["args"].get("definition", {}).get("kind")) for c in calls] == predicted
@@ -91,22 +90,21 @@ def test_check_mode_then_apply_then_nothing_changes(play):
         ("gpu-node-1", "present", REQUEST["node_taints"]), ("gpu-node-2", "present", REQUEST["node_taints"])]
     assert not [c for c in calls if c["module"] == "k8s_log"]  # no test job unless asked
 
-    rc, result, calls = play()
+    rc, result, calls = lifecycle["again"]
     assert rc == 0 and changed(result) == 0 and calls
 
 
-def test_absent_deletes_and_untaints(play):
-    play()
-    rc, result, calls = play("-e", "gpuhost_k8s_state=absent")
+def test_absent_deletes_and_untaints(lifecycle):
+    rc, result, calls = lifecycle["absent"]
     assert rc == 0 and changed(result) > 0
-    store = json.loads(play.store.read_text())
+    store = lifecycle["absent_store"]
     assert store["objects"] == {} and store["labels"] == {"gpu-node-1": {}, "gpu-node-2": {}}
     assert store["taints"] == {"gpu-node-1": [], "gpu-node-2": []}
     patches = [c["args"] for c in calls if c["args"].get("kind") == "Node"]
     assert patches[0]["definition"]["metadata"]["labels"] == dict.fromkeys(REQUEST["node_labels"])
     deleted = [c["args"]["definition"]["kind"] for c in calls if c["module"] == "k8s" and c["args"]["state"] == "absent"]
     assert deleted == ["DaemonSet", "ClusterRoleBinding", "ClusterRole", "ServiceAccount", "ConfigMap", "RuntimeClass", "Job"]
-    assert changed(play("-e", "gpuhost_k8s_state=absent")[1]) == 0
+    assert changed(lifecycle["absent_again"][1]) == 0
 
 
 def test_the_test_job_runs_only_when_asked_and_reports(play):

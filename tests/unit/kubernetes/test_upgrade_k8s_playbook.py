@@ -19,17 +19,15 @@ what a real API server does with these requests is not tested here.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from k8s_play import run_playbook
 
 REPO = Path(__file__).resolve().parents[3]
 PLAYBOOK = REPO / "playbooks" / "upgrade.yml"
-FAKE = Path(__file__).resolve().parent / "fake_k8s"
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "upgrade"
 TARGET = "d580.95.05_t1.18.0"
 IDLE = {
@@ -40,12 +38,6 @@ IDLE = {
 }
 HOSTS = {"gpu01": "gpu-node-1", "gpu02": "gpu-node-2", "gpu03": "gpu-node-3", "gpu04": "gpu-node-4", "gpu07": "gpu-node-7"}
 STATE = "gpuhost.nvidia/upgrade-state"
-
-
-def _collections_path() -> str:
-    import ansible_collections.gpuhost.nvidia as collection  # the venv's link to this checkout
-
-    return os.pathsep.join([str(FAKE), str(Path(list(collection.__path__)[0]).parents[2])])
 
 
 def _seed(store: Path) -> None:
@@ -69,8 +61,6 @@ def _root(tmp_path: Path, name: str) -> str:
 
 
 def _roll(tmp_path: Path, log: Path, store: Path) -> tuple[int, dict, list[dict]]:
-    if log.exists():
-        log.unlink()
     hosts = {host: {"gpuhost_upgrade_facts": IDLE, "gpuhost_upgrade_facts_root": _root(tmp_path, host), "gpuhost_upgrade_k8s_node": node}
              for host, node in HOSTS.items()}
     inventory = {"all": {"hosts": hosts, "vars": {
@@ -84,16 +74,7 @@ def _roll(tmp_path: Path, log: Path, store: Path) -> tuple[int, dict, list[dict]
         "gpuhost_upgrade_k8s_wait_delay": 1,
     }}}
     (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inventory))
-    env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json", ANSIBLE_NOCOLOR="1", ANSIBLE_LOCALHOST_WARNING="0",
-               ANSIBLE_COLLECTIONS_PATH=_collections_path(), GPUHOST_FAKE_K8S_LOG=str(log), GPUHOST_FAKE_K8S_STORE=str(store))
-    proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(tmp_path / "inventory.yml"), str(PLAYBOOK)],
-                          env=env, capture_output=True, text=True, check=False, timeout=600)
-    try:
-        result = json.loads(proc.stdout)
-    except json.JSONDecodeError as exc:
-        raise AssertionError("no JSON from ansible-playbook (rc %d):\n%s\n%s" % (proc.returncode, proc.stdout, proc.stderr)) from exc
-    calls = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
-    return proc.returncode, result, calls
+    return run_playbook(["-i", str(tmp_path / "inventory.yml"), str(PLAYBOOK)], log, store, timeout=600)
 
 
 def _table(tmp_path: Path) -> dict[str, list[str]]:
