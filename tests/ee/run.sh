@@ -6,7 +6,8 @@
 #   GPUHOST_EE_IMAGE=IMG tests/ee/run.sh   use an EE built before
 # Measured 2026-11-29 on the shared 2-core machine under a load of 20-28 (other helpers' benchmarks): the first image
 # build 682 s (74 s of it downloading 53 wheels), two hosts with sshd 80-154 s, navigator's first converge 749 s and
-# its second run 796 s (changed=0). On an idle machine expect a fraction of that, but well over the 3 minutes CI
+# its second run 796 s (changed=0), ansible-runner's first converge of the second host 1369 s (ok=75 changed=7
+# failed=0, artifacts status successful; run alone, converge.py --only runner). On an idle machine expect a fraction of that, but well over the 3 minutes CI
 # could spare: not in `make test`, and not in `make rehearsal` (its nested podman uses vfs storage, which copies
 # every layer of a 700 MB image build).
 set -euo pipefail
