@@ -128,7 +128,10 @@ def start_host(work: Path, port: int) -> None:
 def inventory(work: Path, port: int) -> Path:
     scenario = yaml.safe_load((REPO / "molecule" / "site" / "molecule.yml").read_text(encoding="utf-8"))
     groups = scenario["provisioner"]["inventory"]["group_vars"]
-    host_vars = dict(groups["all"], **groups["debian"])
+    # The shared Molecule configuration's variables first (the test hosts state their Secure Boot state), then the scenario's.
+    shared = yaml.safe_load((REPO / ".config" / "molecule" / "config.yml").read_text(encoding="utf-8"))
+    host_vars = dict(shared["provisioner"]["inventory"]["group_vars"]["all"], **groups["all"])
+    host_vars.update(groups["debian"])
     host_vars.pop("gpuhost_summary_dir", None)
     host_vars.pop("gpuhost_fast_path", None)
     host_vars.update(ansible_host="127.0.0.1", ansible_port=port, ansible_user="root",
