@@ -12,8 +12,8 @@ the way users connect: SSH with pipelining and ControlPersist. The site scenario
     .venv/bin/python benchmarks/rerun.py [--runs 3] [--keep] [--profile 15] [--first-only] [--log FILE] [--reruns N]
                                          [--first-runs N]
 
-Steps: ``ping``, ``setup`` (median of N), ``nvidia_gpu_facts``, the first converge of site.yml, the second run (a full
-run that confirms the records the first wrote), the converged re-run (fast path), the re-run with
+Steps: ``ping``, ``setup`` (median of N), ``nvidia_gpu_facts``, the first converge of site.yml, the first re-run (the
+fast path since #42: the converge's records hold in its boot), the converged re-run (fast path), the re-run with
 ``gpuhost_fast_path=false`` (every role's full path; it removes the records, so it comes last). Each time is printed
 as a multiple of ``setup``'s median. Then *raw apt*: a second fresh host from the same image gets the converged host's
 apt sources, keyrings and preferences, and ``apt-get update`` plus one ``apt-get install`` of every package the first
@@ -180,7 +180,7 @@ def main() -> None:
         before = installed(NAME)
         new_packages: list[str] = []
         profile = ""
-        steps = [("first converge of site.yml", []), ("second run (full path, confirms the records)", [])]
+        steps = [("first converge of site.yml", []), ("first re-run after the converge", [])]
         steps += [("converged re-run (fast path)" + (" %d" % (number + 1) if args.reruns > 1 else ""), []) for number in range(args.reruns)]
         # Last: with the fast path off the roles remove their records (4 changed).
         steps += [("re-run, gpuhost_fast_path=false (full path)", ["-e", "gpuhost_fast_path=false"])]

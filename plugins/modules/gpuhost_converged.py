@@ -7,17 +7,25 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: gpuhost_converged
-short_description: The roles' converged fast path - probe whether a role's last full run still holds, or record it
+short_description: Internal - the roles' converged fast path; probe whether a role's last full run still holds, or record it
 version_added: 0.1.0
 description:
+  - B(Internal) - plumbing of this collection's roles and playbooks. It makes no compatibility promise; its options,
+    its records and its results change with the roles that call it. C(docs/design-notes.md) (the converged fast path)
+    describes how the roles and C(playbooks/site.yml) use it.
   - Every role of this collection that changes a host ends a successful full run with O(state=record) - a JSON record of
     the digest of what the role planned from, the sha256 of each file it manages, the installed version of each package
     it manages (pins and locks are files), the state of each unit it manages, and the variables it reports.
   - The next run starts with O(state=probe) - one read of those files, one package-manager query and one
-    C(systemctl show). When the record is confirmed (the full run that wrote it changed nothing the record tracks), the
-    inputs digest is the same and every observed item matches, RV(converged) is true and the role ends there;
-    otherwise RV(drift) lists, as sentences, what differs, and the role's full path runs and repairs it. So a host
-    takes the fast path from the run after the first full run that found nothing to change.
+    C(systemctl show). When the record holds, the inputs digest is the same and every observed item matches,
+    RV(converged) is true and the role ends there, handing back RV(outputs); otherwise RV(drift) lists, as sentences,
+    what differs, and the role's full path runs and repairs it.
+  - A record holds when the full run that wrote it changed nothing the record tracks (it is confirmed), or, for a run
+    that changed the host, in the boot that run changed it in (the record names the run's boot id and time). The
+    outputs of such a run describe its changes, so each line of its C(<role>_report) variables comes back marked as
+    that run's; its other variables (reboot reasons among them) are states that hold until the host boots.
+  - The variable C(gpuhost_converged_full_run) (true) makes a role's probe answer "not converged" without reading the
+    host, so every role takes its full path and records; a probe outside a role still reads the host.
   - The action plugin of the same name computes O(inputs_digest) on the controller when it is not given - over the
     role's name, the role's files and the collection's plugins, every variable of the role's argument specification as
     resolved, the distribution, its version, the kernel release, the package manager, and the GPU facts that do not
@@ -25,31 +33,19 @@ description:
     O(path) yourself.
   - O(state=absent) removes the record (a role's own O(state=absent) path does this).
   - O(state=observe) reads every record in the directory O(path) (default C(/var/lib/gpuhost/converged)) and observes
-    the union of what they list in one call - the files' hashes, one package query, one C(systemctl show). Registered
-    as C(gpuhost_converged_observation) (C(playbooks/site.yml) does this once per host, before the roles), it lets the
+    the union of what they list in one call. Registered under the variable name the action plugin reads, it lets the
     probes that follow in the same playbook answer on the controller, without a remote call, with the result the live
-    probe would give - while it still holds. The host fact C(gpuhost_converged_observed) says what holds. Each record
-    answers once. A role without a usable record answers "no record" until it records or removes its own record. Any
-    other answer comes from the observation only while no role has taken its full path since (a probe that did not
-    find the host converged, a record or a removal); after that the probes ask the host. In check mode the action does
-    not observe and the probes always ask the host. A registered variable lives for one run only, so a fact cache
-    cannot hand a later run an old observation.
+    probe would give, while it still holds (the host fact C(gpuhost_converged_observed) says what holds). In check
+    mode the action does not observe and the probes always ask the host.
   - O(gpu_facts=true) on O(state=observe) also gathers the GPU facts, through the collector of
     M(gpuhost.nvidia.nvidia_gpu_facts) with its default backends and gather groups, and returns them as
-    RV(ansible_facts.nvidia_gpu) - C(playbooks/site.yml)'s facts play makes one remote call for both. Where the
-    observation does not run (in check mode the action plugin skips it) run M(gpuhost.nvidia.nvidia_gpu_facts) instead,
-    as C(playbooks/site.yml) does when C(gpuhost_converged_observation is skipped).
+    RV(ansible_facts.nvidia_gpu). Where the observation does not run (check mode), run
+    M(gpuhost.nvidia.nvidia_gpu_facts) instead.
   - O(defer=true) on a record or removal makes no remote call - the action plugin computes everything that needs the
-    role (the record path, the inputs digest) and keeps the complete call in the host fact C(gpuhost_converged_deferred)
-    (a later call for the same record replaces it), and the task reports no change. O(state=flush) at the end of the
-    run (C(playbooks/site.yml)'s last play, which turns O(defer) on for every role with the variable
-    C(gpuhost_converged_defer)) then writes all of them in one call, after one observation of everything they list
-    - each record exactly as its own call would have written it, reporting a change when any of them does (so check
-    mode predicts it and a second run reports none), and clears the fact. A host that failed before the flush keeps
-    the records it had; its next run's probes compare the host with those. A call that reads a record (a probe,
-    record or removal of a record with a deferred call, an observation) writes the deferred calls of that record
-    (observation - all) first, in the same remote call. Without a flush at the end of the play the deferred records
-    are never written, so leave O(defer) off in a playbook without one.
+    role and keeps the complete call in the host fact C(gpuhost_converged_deferred), and the task reports no change.
+    O(state=flush) at the end of the run writes all of them in one call, after one observation of everything they
+    list, each record exactly as its own call would have written it, reporting a change when any of them does, and
+    clears the fact. Without a flush at the end of the run the deferred records are never written.
 author:
   - gpuhost.nvidia developers (@gpuhost)
 attributes:
@@ -149,8 +145,8 @@ options:
     description:
       - O(state=observe) - also return, in the same call, the host facts of C(ansible.builtin.setup)'s V(platform),
         V(distribution) and V(pkg_mgr) subsets, as setup returns them for those subsets, gathered by Ansible's own fact
-        collectors. C(playbooks/site.yml)'s facts play then needs no C(gather_facts) call. Ignored by the other states;
-        in check mode the action plugin does not observe (site.yml runs setup with those subsets instead).
+        collectors, so the play needs no C(gather_facts) call. Ignored by the other states; in check mode the action
+        plugin does not observe (run setup with those subsets instead).
       - The observation then asks the package manager of those facts for the recorded packages.
     type: bool
     default: false
@@ -158,7 +154,7 @@ options:
     description:
       - O(state=record) or O(state=absent) - keep the call, complete, in the host fact C(gpuhost_converged_deferred)
         for the O(state=flush) at the end of the run instead of making it (no remote call; the task reports no change).
-      - The roles pass C(gpuhost_converged_defer), which C(playbooks/site.yml) turns on. Ignored by the other states.
+      - Ignored by the other states.
     type: bool
     default: false
   records:
@@ -215,6 +211,7 @@ seealso:
 """
 
 EXAMPLES = r"""
+# In a role of this collection (the action plugin computes the record path and the inputs digest).
 - name: Probe whether the host is as the role's last full run left it
   gpuhost.nvidia.gpuhost_converged:
     state: probe
@@ -223,22 +220,6 @@ EXAMPLES = r"""
 - name: End the role on a converged host (check mode always runs the full path)
   ansible.builtin.meta: end_role
   when: __converged.converged and not ansible_check_mode
-
-- name: Observe every role's record in one call, so that the roles' probes that follow answer on the controller
-  gpuhost.nvidia.gpuhost_converged:
-    state: observe
-  register: gpuhost_converged_observation
-
-# playbooks/site.yml - the GPU facts and the observation in one call; the facts module where the observation did not run.
-- name: Gather the GPU facts and observe every role's record, in one call
-  gpuhost.nvidia.gpuhost_converged:
-    state: observe
-    gpu_facts: true
-  register: gpuhost_converged_observation
-
-- name: Gather ansible_facts.nvidia_gpu where the observation did not (check mode)
-  gpuhost.nvidia.nvidia_gpu_facts:
-  when: gpuhost_converged_observation is skipped
 
 - name: Record what the full run left
   gpuhost.nvidia.gpuhost_converged:
@@ -249,7 +230,14 @@ EXAMPLES = r"""
     outputs:
       nvidia_driver_report: "{{ nvidia_driver_report }}"
 
-# playbooks/site.yml - every role defers its record; one call at the end of the run writes them all.
+# Before the roles: every record observed, and the GPU facts gathered, in one call; the probes that follow answer from
+# it (the action plugin reads it under this variable name).
+- name: Gather the GPU facts and observe every role's record, in one call
+  gpuhost.nvidia.gpuhost_converged:
+    state: observe
+    gpu_facts: true
+  register: gpuhost_converged_observation
+
 - name: Record what the full run left, at the end of the run
   gpuhost.nvidia.gpuhost_converged:
     state: record
@@ -272,7 +260,8 @@ records:
     - O(state=observe) - per record file, what a probe of it needs besides the inputs digest - C(problem) (why there is
       no usable record), C(live) (an item could not be observed - the probe asks the host), or the record's
       C(confirmed), C(inputs_digest) and C(outputs) with C(drift), the recorded files, packages and units the host no
-      longer has as recorded (sentences).
+      longer has as recorded (sentences), and C(changed_run) (the boot id and time of the run that changed the host)
+      for a record that is not confirmed.
     - A record file that does not exist is not listed (its probe answers that there is no record).
   returned: state is observe
   type: dict
@@ -284,6 +273,11 @@ records:
       drift: []
     /var/lib/gpuhost/converged/nvidia_driver.json:
       problem: the record is not valid JSON (Expecting value - line 1 column 1 (char 0))
+boot_id:
+  description: O(state=observe) - the host's boot id (C(/proc/sys/kernel/random/boot_id)); null when it cannot be read.
+  returned: state is observe
+  type: str
+  sample: 78c496aa-acb3-4580-8a15-81579981bcb8
 id:
   description: O(state=observe) - the observation's identity, which the host fact C(gpuhost_converged_observed) names.
   returned: state is observe, not in check mode
@@ -339,7 +333,9 @@ drift:
     - file /etc/docker/daemon.json changed (sha256 0a1b2c3d4e5f, recorded sha256 9f8e7d6c5b4a)
     - unit nvidia-persistenced.service is disabled, recorded enabled
 outputs:
-  description: The variables the role reported at its last full run, from the record; empty when not converged.
+  description:
+    - The variables the role reported at its last full run, from the record; empty when not converged.
+    - For a record of a run that changed the host, each line of a C(<role>_report) list is marked as that run's.
   returned: state is probe
   type: dict
   sample: {"gpu_compose_report": ["gpu_compose: override /srv/app/compose.gpu.yml (written)"]}

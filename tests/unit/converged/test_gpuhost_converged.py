@@ -12,6 +12,7 @@ import pytest
 
 from ansible.module_utils import basic
 
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _converged
 from ansible_collections.gpuhost.nvidia.plugins.modules import gpuhost_converged
 
 DPKG = {"nvidia-smi": "nvidia-smi\tii \t535.261.03-1\n"}
@@ -164,7 +165,7 @@ def test_a_record_without_changed_run_still_waits_for_a_full_run(run, tmp_path):
     record_path.write_text(json.dumps({"format": 1, "confirmed": False, "inputs_digest": "d", "files": {}, "packages": {},
                                        "units": {}, "outputs": {"a_report": ["a: installed"]}}))
     result = run({"state": "probe", "path": str(record_path), "inputs_digest": "d"})
-    assert (result["converged"], result["drift"]) == (False, ["the last full run changed what the role manages: the next full run confirms that it changes nothing"])
+    assert (result["converged"], result["drift"]) == (False, [_converged.UNCONFIRMED])
     record_path.write_text(json.dumps({"format": 1, "confirmed": False, "inputs_digest": "d", "files": {}, "packages": {},
                                        "units": {}, "outputs": {}, "changed_run": "yesterday"}))
     result = run({"state": "probe", "path": str(record_path), "inputs_digest": "d"})
