@@ -20,7 +20,6 @@ import pytest
 
 from ansible_collections.gpuhost.nvidia.plugins.action import gpuhost_converged as action_plugin
 from ansible_collections.gpuhost.nvidia.plugins.module_utils import _converged, _converged_host
-from ansible_collections.gpuhost.nvidia.plugins.modules import gpuhost_converged
 
 DEFERRED = _converged.DEFERRED_FACT
 OBSERVED = _converged.OBSERVATION_FACT
