@@ -134,6 +134,7 @@ def inventory(work: Path, port: int) -> Path:
     host_vars.update(groups["debian"])
     host_vars.pop("gpuhost_summary_dir", None)
     host_vars.pop("gpuhost_fast_path", None)
+    host_vars.pop("gpuhost_converged_full_run", None)  # Molecule's idempotence setting: a user's runs take the fast path
     host_vars.update(ansible_host="127.0.0.1", ansible_port=port, ansible_user="root",
                      ansible_ssh_private_key_file=str(work / "id"), ansible_python_interpreter="/usr/bin/python3",
                      ansible_ssh_common_args="-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null "
