@@ -15,6 +15,9 @@ playbook then answers on the controller from that observation while it holds (``
 probe, record and removal updates the host fact that says what still holds (``_converged.status_after``). With
 ``gpu_facts: true`` the same call gathers ``ansible_facts.nvidia_gpu``, which pass through with that fact.
 
+With ``gpuhost_converged_full_run`` true, a role's probe answers "not converged" on the controller, without a remote
+call: every role takes its full path and records (Molecule's idempotence proves the full path, not the fast path).
+
 With ``defer: true`` (the roles pass ``gpuhost_converged_defer``, which playbooks/site.yml turns on) a record or removal
 makes no remote call: the complete module arguments go into the host fact ``gpuhost_converged_deferred``, tagged with
 this controller run (``run_identity``), and ``state: flush`` at the end of the run writes them all in one call.
@@ -139,6 +142,14 @@ class ActionModule(ActionBase):
         result["ansible_facts"] = new_facts
         return result
 
+    def _full_run(self, task_vars: dict[str, t.Any]) -> bool:
+        """Whether this run asks every role for its full path (``gpuhost_converged_full_run``, e.g. Molecule's
+        idempotence, which must prove the full path idempotent, not the fast path)."""
+        value = task_vars.get(_converged.FULL_RUN_VAR, False)
+        if isinstance(value, str) and self._templar is not None:
+            value = self._templar.template(value)  # an inventory value such as "{{ lookup('env', ...) }}"
+        return boolean(value, strict=False)
+
     def _role_variables(self, role_path: str, task_vars: dict[str, t.Any]) -> dict[str, t.Any]:
         spec_file = os.path.join(role_path, "meta", "argument_specs.yml")
         with open(spec_file, "rb") as handle:
@@ -199,12 +210,17 @@ class ActionModule(ActionBase):
             if writes:
                 args["records"] = writes
             answer = None
-            if state == "probe" and not writes and not self._play_context.check_mode:
+            full_run = state == "probe" and name is not None and self._full_run(task_vars)
+            if full_run and not writes:
+                answer = _converged.full_run_answer(path)  # no remote call: the role's full path runs anyway
+            elif state == "probe" and not writes and not self._play_context.check_mode:
                 answer = _converged.local_answer(observation, status, path, args["inputs_digest"], self._playbook())
             result.update(answer if answer is not None else
                           self._execute_module(module_name="gpuhost.nvidia.gpuhost_converged", module_args=args, task_vars=task_vars))
             if result.get("failed"):
                 return result
+            if full_run and writes:
+                result.update(_converged.full_run_answer(path), changed=bool(result.get("changed")))
             if deferred is not None:
                 new_facts[_converged.DEFERRED_FACT] = deferred
         # A deferred record or removal counts as made now for the observation: a probe after it asks the host.

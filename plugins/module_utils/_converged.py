@@ -25,6 +25,10 @@ import re
 import typing as t
 
 RECORD_FORMAT = 1
+BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
+UNCONFIRMED = "the last full run changed what the role manages: the next full run confirms that it changes nothing"
+REBOOTED = ("the host has booted since the full run that changed what the role manages (what that run reported, its reboot"
+            " reasons included, may no longer hold): this full run reports afresh")
 UNIT_PROPERTIES = ("LoadState", "UnitFileState", "ActiveState")
 PACKAGE_MANAGERS = ("apt", "dnf", "yum", "dnf5", "pacman")
 
@@ -114,15 +118,17 @@ def parse_units(units: list[str], output: str) -> dict[str, dict[str, str]]:
     return states
 
 
-def build_record(digest: str, observed: dict[str, t.Any], outputs: dict[str, t.Any] | None = None, confirmed: bool = False) -> dict[str, t.Any]:
+def build_record(digest: str, observed: dict[str, t.Any], outputs: dict[str, t.Any] | None = None, confirmed: bool = False,
+                 changed_run: dict[str, t.Any] | None = None) -> dict[str, t.Any]:
     """The record a full run leaves: the inputs digest, the observed files, packages and units, and the outputs.
 
-    ``confirmed``: the full run found the host as the previous record said, so it changed nothing the role manages.
-    Only a confirmed record lets the fast path end the role: a run that changed the host has not yet shown that the
-    full path is idempotent there, and the variables it reported describe changes (a reboot because packages were
-    installed, "written" reports), not the converged host.
+    ``confirmed``: the full run found the host as the previous record said, so it changed nothing the role manages, and
+    its outputs are what every later full run reports. ``changed_run`` (``{"boot_id", "at"}``): the full run changed
+    the host; the record is what the run left, observed after it (at the end of site.yml: after every role), and its
+    outputs describe that run's changes ("installed", a reboot because packages were installed). The fast path trusts
+    it in the boot that run changed the host in, handing those outputs back as that run's (``fast_path_outputs``).
     """
-    return {
+    record = {
         "format": RECORD_FORMAT,
         "confirmed": bool(confirmed),
         "inputs_digest": digest,
@@ -132,6 +138,19 @@ def build_record(digest: str, observed: dict[str, t.Any], outputs: dict[str, t.A
         # A variable the run left undefined is passed as null: it is left out, so the fast path leaves it undefined too.
         "outputs": {key: value for key, value in (outputs or {}).items() if value is not None},
     }
+    if changed_run is not None:
+        record["changed_run"] = {"boot_id": changed_run.get("boot_id"), "at": changed_run.get("at")}
+    return record
+
+
+def changed_run_problem(changed_run: t.Any) -> str | None:
+    """Why a record's ``changed_run`` is not usable (None: it is, or there is none)."""
+    if changed_run is None:
+        return None
+    if not isinstance(changed_run, dict) or not isinstance(changed_run.get("at"), str) or \
+            not (changed_run.get("boot_id") is None or isinstance(changed_run.get("boot_id"), str)):
+        return "the record's changed_run is not {boot_id, at}"
+    return None
 
 
 def parse_record(text: str) -> tuple[dict[str, t.Any] | None, str | None]:
@@ -151,6 +170,9 @@ def parse_record(text: str) -> tuple[dict[str, t.Any] | None, str | None]:
         return None, "the record has no inputs digest"
     if not isinstance(record.get("confirmed"), bool):
         return None, "the record does not say whether a full run confirmed it"
+    problem = changed_run_problem(record.get("changed_run"))
+    if problem:
+        return None, problem
     return record, None
 
 
@@ -213,13 +235,51 @@ def item_drift(record: dict[str, t.Any], observed: dict[str, t.Any]) -> list[str
     return drift
 
 
-def verdict(record: dict[str, t.Any] | None, digest: str, items: list[str], problem: str | None = None) -> dict[str, t.Any]:
-    """The probe's answer from the record (only ``confirmed`` and ``inputs_digest`` are read) and its item drift."""
+def trusted_boot(record: dict[str, t.Any], boot_id: str | None) -> str | None:
+    """Why the fast path cannot hand back ``record``'s outputs in the boot ``boot_id`` (None: it can).
+
+    A confirmed record holds in any boot (a reboot that moves the loaded driver changes the GPU facts, hence the inputs
+    digest). A record of a run that changed the host holds in the boot that run changed it in: its reboot reasons
+    ("the new module loads at the next boot") are true until the host boots. A boot that cannot be read is not the same.
+    """
+    if record.get("confirmed"):
+        return None
+    changed_run = record.get("changed_run")
+    if not isinstance(changed_run, dict):
+        return UNCONFIRMED  # written before records said which run changed the host
+    if not boot_id or changed_run.get("boot_id") != boot_id:
+        return REBOOTED
+    return None
+
+
+def fast_path_outputs(record: dict[str, t.Any]) -> dict[str, t.Any]:
+    """The outputs a converged probe hands back: a confirmed record's as they are; a changing run's with each line of
+    its ``<role>_report`` (the collection's report variables: lists of "<role>: ..." lines) marked as that run's, so a
+    re-run's summary does not claim the changes ("installed", "written") as its own. The other variables (reboot
+    reasons, the driver userland, CDI device names) are states, true in the boot the run changed the host in."""
+    outputs = dict(record.get("outputs") or {})
+    changed_run = record.get("changed_run")
+    if record.get("confirmed") or not isinstance(changed_run, dict):
+        return outputs
+    mark = "[reported by the full run of %s, which changed the host]" % changed_run.get("at")
+    for key, lines in outputs.items():
+        if key.endswith("_report") and isinstance(lines, list):
+            prefix = key[:-len("_report")] + ": "
+            outputs[key] = [prefix + mark + " " + line[len(prefix):] if isinstance(line, str) and line.startswith(prefix)
+                            else ("%s %s" % (mark, line) if isinstance(line, str) else line) for line in lines]
+    return outputs
+
+
+def verdict(record: dict[str, t.Any] | None, digest: str, items: list[str], problem: str | None = None,
+            boot_id: str | None = None) -> dict[str, t.Any]:
+    """The probe's answer from the record (only ``confirmed``, ``changed_run`` and ``inputs_digest`` are read), its item
+    drift, and the host's boot (``boot_id``)."""
     if record is None:
         return {"converged": False, "drift": ["no usable record (%s): the next run is a full run" % (problem or "none written yet")]}
     drift: list[str] = []
-    if not record.get("confirmed"):
-        drift.append("the last full run changed what the role manages: the next full run confirms that it changes nothing")
+    untrusted = trusted_boot(record, boot_id)
+    if untrusted:
+        drift.append(untrusted)
     if record["inputs_digest"] != digest:
         drift.append("the inputs changed since the record (the role's variables, its code, the distribution, the kernel or the GPU facts)")
     drift.extend(items)
@@ -230,9 +290,10 @@ def compare(record: dict[str, t.Any] | None, digest: str, observed: dict[str, t.
     """Whether the host is as the record says, and every drift found, as sentences.
 
     ``observed`` holds ``files`` (path: sha256 or None), ``packages`` (name: version or None) and ``units`` (name:
-    {load, enabled, active}) for at least the items the record lists. ``problem`` says why there is no record.
+    {load, enabled, active}) for at least the items the record lists, and ``boot_id`` (the host's boot). ``problem``
+    says why there is no record.
     """
-    return verdict(record, digest, item_drift(record, observed) if record is not None else [], problem)
+    return verdict(record, digest, item_drift(record, observed) if record is not None else [], problem, observed.get("boot_id"))
 
 
 def record_items(files: list[str], packages: list[str], units: list[str]) -> dict[str, list[str]]:
@@ -313,7 +374,22 @@ def observation_entries(loaded: t.Mapping[str, tuple[dict[str, t.Any] | None, st
             continue
         entries[path] = {"confirmed": record["confirmed"], "inputs_digest": record["inputs_digest"], "outputs": record["outputs"],
                          "drift": item_drift(record, observed)}
+        if "changed_run" in record:
+            entries[path]["changed_run"] = record["changed_run"]
     return entries
+
+
+FULL_RUN_VAR = "gpuhost_converged_full_run"
+"""The variable that asks every role's probe for the full path (the roles still record; ``gpuhost_fast_path: false``
+also removes the records)."""
+
+FULL_RUN = ("a full run was asked for (gpuhost_converged_full_run): the role takes its full path, which must change "
+            "nothing on a converged host, and records what it left")
+
+
+def full_run_answer(path: str) -> dict[str, t.Any]:
+    """A role's probe in a run with ``gpuhost_converged_full_run``: not converged, answered without reading the host."""
+    return {"converged": False, "drift": [FULL_RUN], "changed": False, "path": path, "outputs": {}}
 
 
 def observation_status(identity: str, playbook: str) -> dict[str, t.Any]:
@@ -351,8 +427,8 @@ def local_answer(observation: t.Any, status: t.Any, path: str, digest: str, play
     elif "live" in entry or not status.get("trusted"):
         return None
     else:
-        answer = verdict({"confirmed": entry["confirmed"], "inputs_digest": entry["inputs_digest"]}, digest, list(entry["drift"]))
-    outputs = entry["outputs"] if entry is not None and answer["converged"] else {}
+        answer = verdict(entry, digest, list(entry["drift"]), boot_id=observation.get("boot_id"))
+    outputs = fast_path_outputs(entry) if entry is not None and answer["converged"] else {}
     return dict(answer, changed=False, path=path, outputs=outputs)
 
 

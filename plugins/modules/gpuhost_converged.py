@@ -7,17 +7,25 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: gpuhost_converged
-short_description: The roles' converged fast path - probe whether a role's last full run still holds, or record it
+short_description: Internal - the roles' converged fast path; probe whether a role's last full run still holds, or record it
 version_added: 0.1.0
 description:
+  - B(Internal) - plumbing of this collection's roles and playbooks. It makes no compatibility promise; its options,
+    its records and its results change with the roles that call it. C(docs/design-notes.md) (the converged fast path)
+    describes how the roles and C(playbooks/site.yml) use it.
   - Every role of this collection that changes a host ends a successful full run with O(state=record) - a JSON record of
     the digest of what the role planned from, the sha256 of each file it manages, the installed version of each package
     it manages (pins and locks are files), the state of each unit it manages, and the variables it reports.
   - The next run starts with O(state=probe) - one read of those files, one package-manager query and one
-    C(systemctl show). When the record is confirmed (the full run that wrote it changed nothing the record tracks), the
-    inputs digest is the same and every observed item matches, RV(converged) is true and the role ends there;
-    otherwise RV(drift) lists, as sentences, what differs, and the role's full path runs and repairs it. So a host
-    takes the fast path from the run after the first full run that found nothing to change.
+    C(systemctl show). When the record holds, the inputs digest is the same and every observed item matches,
+    RV(converged) is true and the role ends there, handing back RV(outputs); otherwise RV(drift) lists, as sentences,
+    what differs, and the role's full path runs and repairs it.
+  - A record holds when the full run that wrote it changed nothing the record tracks (it is confirmed), or, for a run
+    that changed the host, in the boot that run changed it in (the record names the run's boot id and time). The
+    outputs of such a run describe its changes, so each line of its C(<role>_report) variables comes back marked as
+    that run's; its other variables (reboot reasons among them) are states that hold until the host boots.
+  - The variable C(gpuhost_converged_full_run) (true) makes a role's probe answer "not converged" without reading the
+    host, so every role takes its full path and records; a probe outside a role still reads the host.
   - The action plugin of the same name computes O(inputs_digest) on the controller when it is not given - over the
     role's name, the role's files and the collection's plugins, every variable of the role's argument specification as
     resolved, the distribution, its version, the kernel release, the package manager, and the GPU facts that do not
@@ -25,31 +33,19 @@ description:
     O(path) yourself.
   - O(state=absent) removes the record (a role's own O(state=absent) path does this).
   - O(state=observe) reads every record in the directory O(path) (default C(/var/lib/gpuhost/converged)) and observes
-    the union of what they list in one call - the files' hashes, one package query, one C(systemctl show). Registered
-    as C(gpuhost_converged_observation) (C(playbooks/site.yml) does this once per host, before the roles), it lets the
+    the union of what they list in one call. Registered under the variable name the action plugin reads, it lets the
     probes that follow in the same playbook answer on the controller, without a remote call, with the result the live
-    probe would give - while it still holds. The host fact C(gpuhost_converged_observed) says what holds. Each record
-    answers once. A role without a usable record answers "no record" until it records or removes its own record. Any
-    other answer comes from the observation only while no role has taken its full path since (a probe that did not
-    find the host converged, a record or a removal); after that the probes ask the host. In check mode the action does
-    not observe and the probes always ask the host. A registered variable lives for one run only, so a fact cache
-    cannot hand a later run an old observation.
+    probe would give, while it still holds (the host fact C(gpuhost_converged_observed) says what holds). In check
+    mode the action does not observe and the probes always ask the host.
   - O(gpu_facts=true) on O(state=observe) also gathers the GPU facts, through the collector of
     M(gpuhost.nvidia.nvidia_gpu_facts) with its default backends and gather groups, and returns them as
-    RV(ansible_facts.nvidia_gpu) - C(playbooks/site.yml)'s facts play makes one remote call for both. Where the
-    observation does not run (in check mode the action plugin skips it) run M(gpuhost.nvidia.nvidia_gpu_facts) instead,
-    as C(playbooks/site.yml) does when C(gpuhost_converged_observation is skipped).
+    RV(ansible_facts.nvidia_gpu). Where the observation does not run (check mode), run
+    M(gpuhost.nvidia.nvidia_gpu_facts) instead.
   - O(defer=true) on a record or removal makes no remote call - the action plugin computes everything that needs the
-    role (the record path, the inputs digest) and keeps the complete call in the host fact C(gpuhost_converged_deferred)
-    (a later call for the same record replaces it), and the task reports no change. O(state=flush) at the end of the
-    run (C(playbooks/site.yml)'s last play, which turns O(defer) on for every role with the variable
-    C(gpuhost_converged_defer)) then writes all of them in one call, after one observation of everything they list
-    - each record exactly as its own call would have written it, reporting a change when any of them does (so check
-    mode predicts it and a second run reports none), and clears the fact. A host that failed before the flush keeps
-    the records it had; its next run's probes compare the host with those. A call that reads a record (a probe,
-    record or removal of a record with a deferred call, an observation) writes the deferred calls of that record
-    (observation - all) first, in the same remote call. Without a flush at the end of the play the deferred records
-    are never written, so leave O(defer) off in a playbook without one.
+    role and keeps the complete call in the host fact C(gpuhost_converged_deferred), and the task reports no change.
+    O(state=flush) at the end of the run writes all of them in one call, after one observation of everything they
+    list, each record exactly as its own call would have written it, reporting a change when any of them does, and
+    clears the fact. Without a flush at the end of the run the deferred records are never written.
 author:
   - gpuhost.nvidia developers (@gpuhost)
 attributes:
@@ -149,8 +145,8 @@ options:
     description:
       - O(state=observe) - also return, in the same call, the host facts of C(ansible.builtin.setup)'s V(platform),
         V(distribution) and V(pkg_mgr) subsets, as setup returns them for those subsets, gathered by Ansible's own fact
-        collectors. C(playbooks/site.yml)'s facts play then needs no C(gather_facts) call. Ignored by the other states;
-        in check mode the action plugin does not observe (site.yml runs setup with those subsets instead).
+        collectors, so the play needs no C(gather_facts) call. Ignored by the other states; in check mode the action
+        plugin does not observe (run setup with those subsets instead).
       - The observation then asks the package manager of those facts for the recorded packages.
     type: bool
     default: false
@@ -158,7 +154,7 @@ options:
     description:
       - O(state=record) or O(state=absent) - keep the call, complete, in the host fact C(gpuhost_converged_deferred)
         for the O(state=flush) at the end of the run instead of making it (no remote call; the task reports no change).
-      - The roles pass C(gpuhost_converged_defer), which C(playbooks/site.yml) turns on. Ignored by the other states.
+      - Ignored by the other states.
     type: bool
     default: false
   records:
@@ -215,6 +211,7 @@ seealso:
 """
 
 EXAMPLES = r"""
+# In a role of this collection (the action plugin computes the record path and the inputs digest).
 - name: Probe whether the host is as the role's last full run left it
   gpuhost.nvidia.gpuhost_converged:
     state: probe
@@ -223,22 +220,6 @@ EXAMPLES = r"""
 - name: End the role on a converged host (check mode always runs the full path)
   ansible.builtin.meta: end_role
   when: __converged.converged and not ansible_check_mode
-
-- name: Observe every role's record in one call, so that the roles' probes that follow answer on the controller
-  gpuhost.nvidia.gpuhost_converged:
-    state: observe
-  register: gpuhost_converged_observation
-
-# playbooks/site.yml - the GPU facts and the observation in one call; the facts module where the observation did not run.
-- name: Gather the GPU facts and observe every role's record, in one call
-  gpuhost.nvidia.gpuhost_converged:
-    state: observe
-    gpu_facts: true
-  register: gpuhost_converged_observation
-
-- name: Gather ansible_facts.nvidia_gpu where the observation did not (check mode)
-  gpuhost.nvidia.nvidia_gpu_facts:
-  when: gpuhost_converged_observation is skipped
 
 - name: Record what the full run left
   gpuhost.nvidia.gpuhost_converged:
@@ -249,7 +230,14 @@ EXAMPLES = r"""
     outputs:
       nvidia_driver_report: "{{ nvidia_driver_report }}"
 
-# playbooks/site.yml - every role defers its record; one call at the end of the run writes them all.
+# Before the roles: every record observed, and the GPU facts gathered, in one call; the probes that follow answer from
+# it (the action plugin reads it under this variable name).
+- name: Gather the GPU facts and observe every role's record, in one call
+  gpuhost.nvidia.gpuhost_converged:
+    state: observe
+    gpu_facts: true
+  register: gpuhost_converged_observation
+
 - name: Record what the full run left, at the end of the run
   gpuhost.nvidia.gpuhost_converged:
     state: record
@@ -272,7 +260,8 @@ records:
     - O(state=observe) - per record file, what a probe of it needs besides the inputs digest - C(problem) (why there is
       no usable record), C(live) (an item could not be observed - the probe asks the host), or the record's
       C(confirmed), C(inputs_digest) and C(outputs) with C(drift), the recorded files, packages and units the host no
-      longer has as recorded (sentences).
+      longer has as recorded (sentences), and C(changed_run) (the boot id and time of the run that changed the host)
+      for a record that is not confirmed.
     - A record file that does not exist is not listed (its probe answers that there is no record).
   returned: state is observe
   type: dict
@@ -284,6 +273,11 @@ records:
       drift: []
     /var/lib/gpuhost/converged/nvidia_driver.json:
       problem: the record is not valid JSON (Expecting value - line 1 column 1 (char 0))
+boot_id:
+  description: O(state=observe) - the host's boot id (C(/proc/sys/kernel/random/boot_id)); null when it cannot be read.
+  returned: state is observe
+  type: str
+  sample: 78c496aa-acb3-4580-8a15-81579981bcb8
 id:
   description: O(state=observe) - the observation's identity, which the host fact C(gpuhost_converged_observed) names.
   returned: state is observe, not in check mode
@@ -339,7 +333,9 @@ drift:
     - file /etc/docker/daemon.json changed (sha256 0a1b2c3d4e5f, recorded sha256 9f8e7d6c5b4a)
     - unit nvidia-persistenced.service is disabled, recorded enabled
 outputs:
-  description: The variables the role reported at its last full run, from the record; empty when not converged.
+  description:
+    - The variables the role reported at its last full run, from the record; empty when not converged.
+    - For a record of a run that changed the host, each line of a C(<role>_report) list is marked as that run's.
   returned: state is probe
   type: dict
   sample: {"gpu_compose_report": ["gpu_compose: override /srv/app/compose.gpu.yml (written)"]}
@@ -363,186 +359,14 @@ path:
   sample: /var/lib/gpuhost/converged/nvidia_driver.json
 """
 
-import os
-import typing as t
-
-from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.common.text.converters import to_text
-
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _converged, _files, _validate
-
-C_ENV = {"LC_ALL": "C", "LANGUAGE": "C"}
-
-
-def observe(module: AnsibleModule, files: list[str], packages: list[str], units: list[str], manager: str,
-            unobserved: dict[str, str] | None = None) -> dict[str, t.Any]:
-    """The observed state: each file's sha256, one package query, one systemctl call.
-
-    With ``unobserved``, a file that cannot be read or a failed systemctl call is noted there (``file:<path>``,
-    ``units``) instead of failing the module.
-    """
-    observed: dict[str, t.Any] = {"files": {}, "packages": {}, "units": {}}
-    for path in files:
-        try:
-            observed["files"][path] = _converged.sha256_bytes(_files.read_bytes(path, "file"))
-        except _files.FileError as exc:
-            if unobserved is None:
-                module.fail_json(msg=str(exc), path=exc.path)
-            unobserved["file:" + path] = str(exc)
-    if packages:
-        argv = _converged.package_command(manager, packages)
-        argv[0] = module.get_bin_path(argv[0], required=True)
-        # Each of these exits non-zero when a name is not installed; the names it printed are the installed ones.
-        rc, out, err = module.run_command(argv, environ_update=C_ENV)
-        observed["packages"] = _converged.parse_packages(manager, packages, out)
-    if units:
-        argv = _converged.unit_command(units)
-        argv[0] = module.get_bin_path(argv[0], required=True)
-        rc, out, err = module.run_command(argv, environ_update=C_ENV)
-        if rc != 0:
-            if unobserved is None:
-                module.fail_json(msg="systemctl show failed: %s" % (err.strip() or out.strip()), rc=rc, cmd=argv)
-            unobserved["units"] = "systemctl show failed: %s" % (err.strip() or out.strip())
-        else:
-            observed["units"] = _converged.parse_units(units, out)
-    return observed
-
-
-def read_record(path: str) -> tuple[dict[str, t.Any] | None, str | None, bytes | None]:
-    """The record, why it cannot be used, and its bytes. Raises FileError (a directory or special file at ``path``)."""
-    data = _files.read_bytes(path, "path")
-    if data is None:
-        return None, "no record at %s" % path, None
-    record, problem = _converged.parse_record(to_text(data, errors="surrogate_or_strict"))
-    return record, problem, data
-
-
-def load(module: AnsibleModule, path: str) -> tuple[dict[str, t.Any] | None, str | None, bytes | None]:
-    """The record, why it cannot be used, and its bytes; fails the module on a path that is not a file."""
-    try:
-        return read_record(path)
-    except _files.FileError as exc:
-        module.fail_json(msg=str(exc), path=exc.path)
-        raise  # not reached: fail_json exits
-
-
-def observe_all(module: AnsibleModule, directory: str, manager: str) -> dict[str, dict[str, t.Any]]:
-    """state=observe: every record in ``directory``, and the union of what they list observed in one call."""
-    names: list[str] = []
-    try:
-        names = sorted(name for name in os.listdir(directory) if name.endswith(".json"))
-    except FileNotFoundError:
-        pass  # no role has recorded yet
-    except OSError as exc:
-        module.fail_json(msg="cannot list the records in %s: %s" % (directory, exc), path=directory)
-    loaded: dict[str, tuple[dict[str, t.Any] | None, str | None]] = {}
-    unreadable: dict[str, str] = {}
-    for name in names:
-        path = os.path.join(directory, name)
-        try:
-            record, problem = read_record(path)[:2]
-        except _files.FileError as exc:
-            unreadable[path] = str(exc)  # the live probe fails on it as it always did
-            continue
-        if record is not None or problem != "no record at %s" % path:  # gone since the listing: not listed
-            loaded[path] = (record, problem)
-    want = _converged.observation_wanted({path: record for path, (record, problem) in loaded.items()})
-    unobserved: dict[str, str] = {}
-    observed = observe(module, want["files"], want["packages"], want["units"], manager, unobserved)
-    entries = _converged.observation_entries(loaded, observed, unobserved)
-    entries.update({path: {"live": reason} for path, reason in unreadable.items()})
-    return entries
-
-
-def record(module: AnsibleModule, call: dict[str, t.Any], observed: dict[str, t.Any] | None = None) -> dict[str, t.Any]:
-    """Write one record (``call``: the record options) and return its result; ``observed``: an observation that holds
-    everything the record lists (the flush's), else the host is observed for this record alone."""
-    path = os.path.abspath(call["path"])
-    old, problem, before = load(module, path)
-    items = _converged.record_items(call["files"], call["packages"], call["units"])
-    if observed is None:
-        observed = observe(module, items["files"], items["packages"], items["units"], call["package_manager"])
-    new = _converged.build_record(call["inputs_digest"], _converged.observed_items(observed, items), call["outputs"])
-    verdict = _converged.record_verdict(old, problem, new, observed, call["pending"], module.check_mode)
-    changed = not verdict["converged"]
-    new["confirmed"] = not changed
-    content = _files.record_bytes(new)  # the bytes write_json_record writes
-    if content != before:
-        try:
-            _files.write_json_record(module, path, new, "path")
-        except _files.FileError as exc:
-            module.fail_json(msg=str(exc), path=exc.path)
-    return dict(changed=changed, path=path, diff=_files.make_diff(path, before, content) if changed else {}, **verdict)
-
-
-def remove(module: AnsibleModule, path: str) -> dict[str, t.Any]:
-    """Remove one record (state=absent) and return its result."""
-    path = os.path.abspath(path)
-    before = load(module, path)[2]
-    changed = before is not None
-    try:
-        _files.write_json_record(module, path, {}, "path")  # an empty record is removed
-    except _files.FileError as exc:
-        module.fail_json(msg=str(exc), path=exc.path)
-    return dict(changed=changed, path=path, diff=_files.make_diff(path, before, b"") if changed else {})
-
-
-def flush(module: AnsibleModule, calls: list[dict[str, t.Any]]) -> list[dict[str, t.Any]]:
-    """Write the deferred records and removals ``calls``, in order, each exactly as its own call would, after one
-    observation of everything the records list (one package query and one systemctl call per package manager)."""
-    observed: dict[str, dict[str, t.Any]] = {}
-    for manager in sorted({call["package_manager"] for call in calls if call["state"] == "record"}):
-        union: dict[str, set[str]] = {"files": set(), "packages": set(), "units": set()}
-        for call in calls:
-            if call["state"] == "record" and call["package_manager"] == manager:
-                for key, names in _converged.record_items(call["files"], call["packages"], call["units"]).items():
-                    union[key].update(names)
-        observed[manager] = observe(module, sorted(union["files"]), sorted(union["packages"]), sorted(union["units"]), manager)
-    results = []
-    for call in calls:
-        result = record(module, call, observed[call["package_manager"]]) if call["state"] == "record" else remove(module, call["path"])
-        results.append(dict(result, state=call["state"]))
-    return results
-
-
-RECORD_SPEC = dict(
-    state=dict(type="str", choices=["record", "absent"], default="record"),
-    path=dict(type="path", required=True),
-    inputs_digest=dict(type="str"),
-    files=dict(type="list", elements="path", default=[]),
-    packages=dict(type="list", elements="str", default=[]),
-    units=dict(type="list", elements="str", default=[]),
-    package_manager=dict(type="str", choices=list(_converged.PACKAGE_MANAGERS), default="apt"),
-    outputs=dict(type="dict", default={}),
-    pending=dict(type="bool", default=False),
-)
-
-
-GPU_FACTS_ROOT_FIX = ("the GPU facts were not gathered and no record was read: give gpu_facts_root (playbooks/site.yml: "
-                      "gpuhost_facts_root) as the absolute path of an existing directory to read sys, proc and dev under, "
-                      "or leave it unset to read the host's own (/)")
-
-
-def facts_collector() -> t.Any:
-    """module_utils/_facts.py, the collector gpuhost.nvidia.nvidia_gpu_facts gathers with. Imported when used, not at the
-    top: its NVML, nvidia-smi and PCI readers are compiled on the host by the observation that gathers the GPU facts,
-    not by every probe, record and flush (about 40 ms a call; Ansible ships them in every call's payload either way)."""
-    from ansible_collections.gpuhost.nvidia.plugins.module_utils import _facts
-    return _facts
-
-
-def host_facts_collector() -> t.Any:
-    """module_utils/_hostfacts.py (Ansible's platform, distribution and pkg_mgr collectors), imported on the host only by
-    an observation that returns them (O(host_facts)), as facts_collector()."""
-    from ansible_collections.gpuhost.nvidia.plugins.module_utils import _hostfacts
-    return _hostfacts
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _converged_host, _validate
 
 
 def main() -> None:
     module = _validate.ansible_module(
         # A record's options (RECORD_SPEC, as O(records) takes them), with the module's own state and path.
         argument_spec=dict(
-            RECORD_SPEC,
+            _converged_host.RECORD_SPEC,
             state=dict(type="str", choices=["probe", "record", "absent", "observe", "flush"], default="probe"),
             path=dict(type="path"),
             inputs=dict(type="dict", default={}),
@@ -550,59 +374,13 @@ def main() -> None:
             gpu_facts=dict(type="bool", default=False),
             gpu_facts_root=dict(type="path", default="/"),
             host_facts=dict(type="bool", default=False),
-            records=dict(type="list", elements="dict", default=[], options=RECORD_SPEC, required_if=[("state", "record", ["inputs_digest"])]),
+            records=dict(type="list", elements="dict", default=[], options=_converged_host.RECORD_SPEC,
+                         required_if=[("state", "record", ["inputs_digest"])]),
         ),
         required_if=[("state", "probe", ["inputs_digest"]), ("state", "record", ["inputs_digest"])],
         supports_check_mode=True,
     )
-    params = module.params
-    if params["state"] != "flush" and not params["path"]:
-        module.fail_json(msg="path is required outside a role")
-    facts_root = params["gpu_facts_root"] if params["state"] == "observe" and params["gpu_facts"] else None
-    if facts_root is not None:
-        # Refused before anything is read or written, the deferred records included: a root that is not a directory
-        # would report no_gpu.
-        errors = facts_collector().root_errors(facts_root, "gpu_facts_root")
-        if errors:
-            module.fail_json(msg="; ".join(errors) + "; " + GPU_FACTS_ROOT_FIX, errors=errors)
-    # Deferred records first (state=flush: only them): a call that reads a record reads the one its run wrote.
-    flushed = flush(module, params["records"]) if params["records"] else []
-    done: dict[str, t.Any] = {}
-    if flushed:
-        done = dict(records_written=[{key: result[key] for key in ("path", "state", "changed")} for result in flushed],
-                    diff=[result["diff"] for result in flushed if result["diff"]])
-    any_flushed = any(result["changed"] for result in flushed)
-    if params["state"] == "flush":
-        module.exit_json(changed=any_flushed, **done)
-    path = os.path.abspath(params["path"])
-    if params["state"] == "observe":
-        # The platform, distribution and package manager facts the roles read, by Ansible's collectors (#21). Gathered
-        # first: on a play without gather_facts the action plugin could not pass the host's package manager, and the
-        # collected one is the same host's.
-        facts = host_facts_collector().collect(module) if params["host_facts"] else {}
-        manager = facts.get("ansible_pkg_mgr") if facts.get("ansible_pkg_mgr") in _converged.PACKAGE_MANAGERS else params["package_manager"]
-        result = dict(done, changed=any_flushed, path=path, records=observe_all(module, path, manager))
-        if facts_root is not None:
-            # nvidia_gpu_facts' default backends and gather groups, as site.yml's facts play always gathered them.
-            facts["nvidia_gpu"] = facts_collector().gather_on_host(module, root=facts_root)
-        if facts:
-            result["ansible_facts"] = facts
-        module.exit_json(**result)
-
-    if params["state"] == "absent":
-        result = remove(module, path)
-    elif params["state"] == "record":
-        result = record(module, params)
-    else:
-        old, problem = load(module, path)[:2]
-        want = _converged.wanted(old) if old else {"files": [], "packages": [], "units": []}
-        observed = observe(module, want["files"], want["packages"], want["units"], params["package_manager"])
-        verdict = _converged.compare(old, params["inputs_digest"], observed, problem)
-        result = dict(changed=False, path=path, outputs=old["outputs"] if old and verdict["converged"] else {}, **verdict)
-    if flushed:
-        result = dict(result, changed=result["changed"] or any_flushed, records_written=done["records_written"],
-                      diff=done["diff"] + ([result["diff"]] if result.get("diff") else []))
-    module.exit_json(**result)
+    module.exit_json(**_converged_host.run(module))
 
 
 if __name__ == "__main__":

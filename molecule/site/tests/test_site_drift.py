@@ -7,7 +7,9 @@ repair run's go to tests/output/molecule/site.fast-path.json). Then, for each ro
 edited (a runtime key in the toolkit's daemon.json), a package removed, an enabled unit disabled.
 The probe (gpuhost.nvidia.gpuhost_converged run outside the roles, one playbook for every role) must name each drift;
 then one run of site.yml must repair it (each drifted role changes something) and the probe must find every item as
-recorded again (the record of a run that changed the host is confirmed by the next full run).
+recorded again. Last, the run right after that repair takes the fast path in every role (the records of a run that
+changed the host hold in the boot it changed it in), changes nothing, and hands back the repair's report lines marked
+as that run's.
 This file runs after test_site.py, and the repair run writes its summaries elsewhere: the other tests read the
 idempotence run's.
 """
@@ -28,6 +30,9 @@ EPHEMERAL = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "."))
 RECORDS = "/var/lib/gpuhost/converged"
 ROLES = ["nvidia_driver", "nvidia_container_toolkit", "gpu_settings", "gpu_compose"]
 DAEMON_JSON = "/etc/docker/daemon.json"
+# The shared Molecule configuration asks every role for its full path (gpuhost_converged_full_run, for idempotence):
+# these runs are the ones a user makes, with the fast path.
+FAST = ("-e", "gpuhost_converged_full_run=false")
 
 
 def playbook(tmp_path: Path, name: str, plays: list, *extra: str) -> dict:
@@ -58,6 +63,21 @@ def observation(run: dict, instance: str) -> dict[str, dict]:
     return {Path(path).stem: entry for path, entry in found[0]["records"].items()}
 
 
+def assert_fast_path(run: dict, instance: str) -> None:
+    """Each role ran its probe and ended there (none reached its record task at the end of the full path), and the run
+    changed nothing."""
+    def roles_that_ran(suffix: str) -> set[str]:
+        return {t["task"]["name"].split(" : ")[0].split(".")[-1] for p in run["plays"] for t in p["tasks"]
+                if t["task"]["name"].endswith(suffix) and instance in t["hosts"] and not t["hosts"][instance].get("skipped")}
+    ended = roles_that_ran(" : Probe whether the host is as the role's last full run left it")
+    ended -= roles_that_ran(" : Record what the full run left for the next run's probe")
+    # On a failure, what each role's probe answered (its drift, or why its inputs differ) says why it took the full path.
+    probes = {t["task"]["name"]: {k: v for k, v in t["hosts"][instance].items() if k not in ("outputs", "invocation")}
+              for p in run["plays"] for t in p["tasks"]
+              if t["task"]["name"].endswith(" : Probe whether the host is as the role's last full run left it") and instance in t["hosts"]}
+    assert ended == set(ROLES) and run["stats"][instance]["changed"] == 0, (ended, run["stats"], probes)
+
+
 def test_probe_sees_each_drift_and_one_run_repairs_it(host, gpuhost_instance, tmp_path):
     if not gpuhost_instance.startswith("gpuhost-debian12"):
         pytest.skip("the drift check runs on the Debian 12 host")
@@ -70,21 +90,10 @@ def test_probe_sees_each_drift_and_one_run_repairs_it(host, gpuhost_instance, tm
     # and each role ends at its probe.
     start = time.monotonic()
     fast = playbook(tmp_path, "fast.json", [{"ansible.builtin.import_playbook": str(SCENARIO / "converge.yml")}],
-                    "--limit", gpuhost_instance, "-e", f"gpuhost_summary_dir={tmp_path / 'summaries'}")
+                    "--limit", gpuhost_instance, "-e", f"gpuhost_summary_dir={tmp_path / 'summaries'}", *FAST)
     timings = {"fast_rerun_s": round(time.monotonic() - start, 1)}
 
-    # Each role ran its probe and ended there: none reached its record task at the end of the full path.
-    def roles_that_ran(suffix: str) -> set[str]:
-        return {t["task"]["name"].split(" : ")[0].split(".")[-1] for p in fast["plays"] for t in p["tasks"]
-                if t["task"]["name"].endswith(suffix) and gpuhost_instance in t["hosts"]
-                and not t["hosts"][gpuhost_instance].get("skipped")}
-    ended = roles_that_ran(" : Probe whether the host is as the role's last full run left it")
-    ended -= roles_that_ran(" : Record what the full run left for the next run's probe")
-    # On a failure, what each role's probe answered (its drift, or why its inputs differ) says why it took the full path.
-    probes = {t["task"]["name"]: {k: v for k, v in t["hosts"][gpuhost_instance].items() if k not in ("outputs", "invocation")}
-              for p in fast["plays"] for t in p["tasks"]
-              if t["task"]["name"].endswith(" : Probe whether the host is as the role's last full run left it") and gpuhost_instance in t["hosts"]}
-    assert ended == set(ROLES) and fast["stats"][gpuhost_instance]["changed"] == 0, (ended, fast["stats"], probes)
+    assert_fast_path(fast, gpuhost_instance)
     # The probes answered from site.yml's one observation of every record: it found each one confirmed and undrifted.
     observed = observation(fast, gpuhost_instance)
     assert {role: (observed[role]["confirmed"], observed[role]["drift"]) for role in ROLES} == {role: (True, []) for role in ROLES}
@@ -127,7 +136,7 @@ def test_probe_sees_each_drift_and_one_run_repairs_it(host, gpuhost_instance, tm
     # One run of site.yml repairs every drift: each role changed something, and the probe says converged again.
     start = time.monotonic()
     repair = playbook(tmp_path, "repair.json", [{"ansible.builtin.import_playbook": str(SCENARIO / "converge.yml")}],
-                      "--limit", gpuhost_instance, "-e", f"gpuhost_summary_dir={tmp_path / 'summaries'}")
+                      "--limit", gpuhost_instance, "-e", f"gpuhost_summary_dir={tmp_path / 'summaries'}", *FAST)
     timings["repair_run_s"] = round(time.monotonic() - start, 1)
     # The repair run's one observation named every drift, as each role's own probe did.
     observed = observation(repair, gpuhost_instance)
@@ -144,6 +153,20 @@ def test_probe_sees_each_drift_and_one_run_repairs_it(host, gpuhost_instance, tm
     records_after = {role: json.loads(host.file(f"{RECORDS}/{role}.json").content_string) for role in ROLES}
     again = probe(tmp_path, gpuhost_instance, records_after)
     # Every mutated item is as recorded again. A repair that left the host exactly as the confirmed record says keeps
-    # it confirmed; otherwise the record waits for one more full run to confirm it.
-    unconfirmed = ["the last full run changed what the role manages: the next full run confirms that it changes nothing"]
-    assert all(r["drift"] in ([], unconfirmed) for r in again.values()), again
+    # it confirmed; otherwise the record names the repair run and this boot, in which it holds.
+    assert {role: (r["converged"], r["drift"]) for role, r in again.items()} == {role: (True, []) for role in ROLES}, again
+    changing = [role for role, record in records_after.items() if not record["confirmed"]]
+    assert all(records_after[role]["changed_run"]["at"] for role in changing), records_after
+
+    # The first re-run after the repair takes the fast path in every role, without a confirming full run, and its
+    # summary says which lines the repair run reported.
+    start = time.monotonic()
+    first_rerun = playbook(tmp_path, "first-rerun.json", [{"ansible.builtin.import_playbook": str(SCENARIO / "converge.yml")}],
+                           "--limit", gpuhost_instance, "-e", f"gpuhost_summary_dir={tmp_path / 'summaries'}", *FAST)
+    timings["first_rerun_after_repair_s"] = round(time.monotonic() - start, 1)
+    (REPO / "tests" / "output" / "molecule" / "site.fast-path.json").write_text(json.dumps(timings) + "\n", encoding="utf-8")
+    assert_fast_path(first_rerun, gpuhost_instance)
+    summary = (tmp_path / "summaries" / f"{gpuhost_instance}.txt").read_text(encoding="utf-8")
+    for role in changing:
+        marked = f"{role}: [reported by the full run of {records_after[role]['changed_run']['at']}, which changed the host]"
+        assert marked in summary, (role, summary)

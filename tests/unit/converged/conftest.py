@@ -10,7 +10,16 @@ import pytest
 
 from ansible.module_utils import basic
 
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _converged_host
 from ansible_collections.gpuhost.nvidia.plugins.modules import gpuhost_converged
+
+
+@pytest.fixture(autouse=True)
+def boot(monkeypatch):
+    """The host's boot id, as the module reads it (``boot["id"]``; None: unreadable). Set it to another boot to reboot."""
+    state = {"id": "0b5e6f1a-boot-1"}
+    monkeypatch.setattr(_converged_host, "boot_id", lambda *args: state["id"])
+    return state
 
 
 @pytest.fixture

@@ -19,8 +19,7 @@ import converged_harness
 import pytest
 
 from ansible_collections.gpuhost.nvidia.plugins.action import gpuhost_converged as action_plugin
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _converged
-from ansible_collections.gpuhost.nvidia.plugins.modules import gpuhost_converged
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _converged, _converged_host
 
 DEFERRED = _converged.DEFERRED_FACT
 OBSERVED = _converged.OBSERVATION_FACT
@@ -95,7 +94,7 @@ def test_a_deferred_call_replaces_the_same_records_earlier_one_and_goes_last():
 def test_a_deferred_entry_keeps_exactly_the_options_the_flush_takes():
     """_converged.RECORD_OPTIONS (what the action plugin keeps of a deferred call) and the module's RECORD_SPEC (what the
     flush's records take) name the same options: an option added to one only would be dropped or refused at the flush."""
-    assert set(_converged.RECORD_OPTIONS) == set(gpuhost_converged.RECORD_SPEC)
+    assert set(_converged.RECORD_OPTIONS) == set(_converged_host.RECORD_SPEC)
 
 
 def test_take_deferred_hands_out_all_or_one_records_calls():

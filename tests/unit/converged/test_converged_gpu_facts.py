@@ -19,7 +19,7 @@ import hostile
 import sysfs
 from gpufacts_support import OWN_XML
 
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _converged, _facts, _pci
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _converged, _converged_host, _facts, _pci
 from ansible_collections.gpuhost.nvidia.plugins.modules import gpuhost_converged, nvidia_gpu_facts
 
 PROFILES = sorted(name[:-5] for name in os.listdir(os.path.dirname(fake_pynvml.__file__) + "/profiles") if name.endswith(".yaml"))
@@ -119,7 +119,7 @@ def untouched(monkeypatch, tmp_path):
     records.mkdir()
     (records / "gpu_compose.json").write_text("{}\n")
     for name in ("observe_all", "flush", "observe", "read_record"):
-        monkeypatch.setattr(gpuhost_converged, name, lambda *args, **kwargs: pytest.fail("read before the root was checked"))
+        monkeypatch.setattr(_converged_host, name, lambda *args, **kwargs: pytest.fail("read before the root was checked"))
     monkeypatch.setattr(_facts, "gather_facts", lambda **kwargs: pytest.fail("gathered under a bad root"))
     deferred = [{"state": "record", "path": str(records / "nvidia_driver.json"), "inputs_digest": "d"}]
     return {"state": "observe", "path": str(records), "gpu_facts": True, "records": deferred}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _hostfacts
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _converged_host, _hostfacts
 from ansible_collections.gpuhost.nvidia.plugins.modules import gpuhost_converged, nvidia_gpu_facts
 
 
@@ -19,13 +19,13 @@ from ansible_collections.gpuhost.nvidia.plugins.modules import gpuhost_converged
 def managers(monkeypatch):
     """The package manager each observation asked with."""
     asked = []
-    real = gpuhost_converged.observe_all
+    real = _converged_host.observe_all
 
     def observe_all(module, path, manager):
         asked.append(manager)
         return real(module, path, manager)
 
-    monkeypatch.setattr(gpuhost_converged, "observe_all", observe_all)
+    monkeypatch.setattr(_converged_host, "observe_all", observe_all)
     return asked
 
 

@@ -12,6 +12,7 @@ import pytest
 
 from ansible.module_utils import basic
 
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _converged
 from ansible_collections.gpuhost.nvidia.plugins.modules import gpuhost_converged
 
 DPKG = {"nvidia-smi": "nvidia-smi\tii \t535.261.03-1\n"}
@@ -57,8 +58,13 @@ def test_record_then_probe_then_each_drift(run, host, tmp_path):
     predicted = run(record, check_mode=True)
     assert predicted["changed"] and not record_path.exists()
     first = run(record)
-    assert first["changed"] and json.loads(record_path.read_text())["packages"] == {"nvidia-smi": "535.261.03-1"}
-    assert run(probe)["drift"] == ["the last full run changed what the role manages: the next full run confirms that it changes nothing"]
+    written = json.loads(record_path.read_text())
+    assert first["changed"] and written["packages"] == {"nvidia-smi": "535.261.03-1"}
+    assert (written["confirmed"], written["changed_run"]["boot_id"]) == (False, "0b5e6f1a-boot-1")
+    # The first re-run in the same boot takes the fast path; the report is handed back as the changing run's.
+    first_rerun = run(probe)
+    assert (first_rerun["converged"], first_rerun["drift"]) == (True, [])
+    assert first_rerun["outputs"] == {"x_report": ["[reported by the full run of %s, which changed the host] done" % written["changed_run"]["at"]]}
     again = run(record)
     assert not again["changed"] and json.loads(record_path.read_text())["confirmed"] is True
     host["calls"].clear()
@@ -81,6 +87,7 @@ def test_record_then_probe_then_each_drift(run, host, tmp_path):
 
     # A record after a repair counts as a change and is not confirmed; absent removes it (check mode keeps it).
     assert run(record)["changed"] and json.loads(record_path.read_text())["confirmed"] is False
+    assert "changed_run" in json.loads(record_path.read_text())
     assert run({"state": "absent", "path": str(record_path)}, check_mode=True)["changed"] and record_path.exists()
     assert run({"state": "absent", "path": str(record_path)})["changed"] and not record_path.exists()
     assert not run({"state": "absent", "path": str(record_path)})["changed"]
@@ -123,3 +130,43 @@ def test_check_mode_predicts_the_record_a_version_change_writes(run, host, tmp_p
     assert run(dict(new_version, pending=True))["changed"]
     # Outside check mode pending is ignored: the record is compared with what the run left.
     assert not run(dict(new_version, pending=True))["changed"]
+
+
+def test_a_changing_runs_record_holds_only_in_its_boot(run, boot, tmp_path):
+    """The record of a run that changed the host: its reboot reasons hold until the host boots, so the fast path trusts
+    it in that boot only; a full run that changes nothing confirms it for every boot."""
+    record_path = tmp_path / "r.json"
+    outputs = {"nvidia_driver_report": ["nvidia_driver: installed nvidia-smi", "no role prefix"],
+               "nvidia_driver_reboot_reasons": ["driver packages installed or changed"], "nvidia_driver_userland": "535"}
+    record = {"state": "record", "path": str(record_path), "inputs_digest": "d", "packages": ["nvidia-smi"], "outputs": outputs}
+    probe = {"state": "probe", "path": str(record_path), "inputs_digest": "d"}
+    assert run(record)["changed"]
+    at = json.loads(record_path.read_text())["changed_run"]["at"]
+    handed = run(probe)["outputs"]
+    mark = "[reported by the full run of %s, which changed the host]" % at
+    assert handed == {"nvidia_driver_report": ["nvidia_driver: %s installed nvidia-smi" % mark, "%s no role prefix" % mark],
+                      "nvidia_driver_reboot_reasons": ["driver packages installed or changed"], "nvidia_driver_userland": "535"}
+    for other in ("0b5e6f1a-boot-2", None):  # another boot, or one that cannot be read
+        boot["id"] = other
+        rebooted = run(probe)
+        assert (rebooted["converged"], rebooted["outputs"]) == (False, {})
+        assert rebooted["drift"][0].startswith("the host has booted since the full run that changed what the role manages")
+    # The full run after the boot changes nothing: confirmed, no changed_run, its outputs handed back as they are.
+    steady = dict(outputs, nvidia_driver_report=["nvidia_driver: already installed: nvidia-smi"])
+    assert not run(dict(record, outputs=steady))["changed"]
+    assert "changed_run" not in json.loads(record_path.read_text())
+    boot["id"] = "0b5e6f1a-boot-3"
+    assert run(probe)["outputs"] == steady
+
+
+def test_a_record_without_changed_run_still_waits_for_a_full_run(run, tmp_path):
+    """A record of a changing run written before records named the run's boot: the next full run confirms it."""
+    record_path = tmp_path / "r.json"
+    record_path.write_text(json.dumps({"format": 1, "confirmed": False, "inputs_digest": "d", "files": {}, "packages": {},
+                                       "units": {}, "outputs": {"a_report": ["a: installed"]}}))
+    result = run({"state": "probe", "path": str(record_path), "inputs_digest": "d"})
+    assert (result["converged"], result["drift"]) == (False, [_converged.UNCONFIRMED])
+    record_path.write_text(json.dumps({"format": 1, "confirmed": False, "inputs_digest": "d", "files": {}, "packages": {},
+                                       "units": {}, "outputs": {}, "changed_run": "yesterday"}))
+    result = run({"state": "probe", "path": str(record_path), "inputs_digest": "d"})
+    assert not result["converged"] and result["drift"][0].startswith("no usable record (the record's changed_run is not")
