@@ -7,7 +7,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: gpuhost_converged
-short_description: Internal - the roles' converged fast path; probe whether a role's last full run still holds, or record it
+short_description: Internal. The roles' converged fast path; probe whether a role's last full run still holds, or record it
 version_added: 0.1.0
 description:
   - B(Internal) - plumbing of this collection's roles and playbooks. It makes no compatibility promise; its options,
