@@ -27,6 +27,9 @@ REPO = SCENARIO.parents[1]
 EPHEMERAL = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "."))
 RECORDS = "/var/lib/gpuhost/converged"
 ROLES = ["nvidia_driver", "nvidia_container_toolkit", "gpu_settings", "gpu_compose"]
+# The converged probe and record, as the internal common role's probe.yml and record.yml name them.
+PROBE_TASK = "gpuhost.nvidia.internal_common : Ask whether the host is as the calling role's last full run left it"
+RECORD_TASK = "gpuhost.nvidia.internal_common : Write what the calling role's full run left, or remove its record"
 DAEMON_JSON = "/etc/docker/daemon.json"
 
 
@@ -73,17 +76,20 @@ def test_probe_sees_each_drift_and_one_run_repairs_it(host, gpuhost_instance, tm
                     "--limit", gpuhost_instance, "-e", f"gpuhost_summary_dir={tmp_path / 'summaries'}")
     timings = {"fast_rerun_s": round(time.monotonic() - start, 1)}
 
-    # Each role ran its probe and ended there: none reached its record task at the end of the full path.
+    # Each role ran its probe and ended there: none reached its record task at the end of the full path. The probe and
+    # the record are the internal common role's tasks, included by each role: the role is the record's name in the
+    # result's path (/var/lib/gpuhost/converged/<role>.json).
     def roles_that_ran(suffix: str) -> set[str]:
-        return {t["task"]["name"].split(" : ")[0].split(".")[-1] for p in fast["plays"] for t in p["tasks"]
+        return {Path(t["hosts"][gpuhost_instance]["path"]).stem for p in fast["plays"] for t in p["tasks"]
                 if t["task"]["name"].endswith(suffix) and gpuhost_instance in t["hosts"]
-                and not t["hosts"][gpuhost_instance].get("skipped")}
-    ended = roles_that_ran(" : Probe whether the host is as the role's last full run left it")
-    ended -= roles_that_ran(" : Record what the full run left for the next run's probe")
+                and not t["hosts"][gpuhost_instance].get("skipped") and t["hosts"][gpuhost_instance].get("path")}
+    ended = roles_that_ran(PROBE_TASK)
+    ended -= roles_that_ran(RECORD_TASK)
     # On a failure, what each role's probe answered (its drift, or why its inputs differ) says why it took the full path.
-    probes = {t["task"]["name"]: {k: v for k, v in t["hosts"][gpuhost_instance].items() if k not in ("outputs", "invocation")}
+    probes = {Path(t["hosts"][gpuhost_instance].get("path", "?")).stem: {k: v for k, v in t["hosts"][gpuhost_instance].items()
+                                                                      if k not in ("outputs", "invocation")}
               for p in fast["plays"] for t in p["tasks"]
-              if t["task"]["name"].endswith(" : Probe whether the host is as the role's last full run left it") and gpuhost_instance in t["hosts"]}
+              if t["task"]["name"].endswith(PROBE_TASK) and gpuhost_instance in t["hosts"]}
     assert ended == set(ROLES) and fast["stats"][gpuhost_instance]["changed"] == 0, (ended, fast["stats"], probes)
     # The probes answered from site.yml's one observation of every record: it found each one confirmed and undrifted.
     observed = observation(fast, gpuhost_instance)
@@ -139,7 +145,7 @@ def test_probe_sees_each_drift_and_one_run_repairs_it(host, gpuhost_instance, tm
     # The record task changes after any drift; the repair is what the role's other tasks changed.
     changed_roles = {t["task"]["name"].split(" : ")[0].split(".")[-1] for p in repair["plays"] for t in p["tasks"]
                      if t["hosts"].get(gpuhost_instance, {}).get("changed") and " : " in t["task"]["name"]
-                     and not t["task"]["name"].endswith("Record what the full run left for the next run's probe")}
+                     and not t["task"]["name"].endswith(RECORD_TASK) and "internal_common" not in t["task"]["name"]}
     assert changed_roles >= set(ROLES), (changed_roles, repair["stats"])
     records_after = {role: json.loads(host.file(f"{RECORDS}/{role}.json").content_string) for role in ROLES}
     again = probe(tmp_path, gpuhost_instance, records_after)
