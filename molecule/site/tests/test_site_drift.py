@@ -86,8 +86,8 @@ def test_probe_sees_each_drift_and_one_run_repairs_it(host, gpuhost_instance, tm
     ended = roles_that_ran(PROBE_TASK)
     ended -= roles_that_ran(RECORD_TASK)
     # On a failure, what each role's probe answered (its drift, or why its inputs differ) says why it took the full path.
-    probes = {Path(t["hosts"][gpuhost_instance].get("path", "?")).stem: {k: v for k, v in t["hosts"][gpuhost_instance].items()
-                                                                      if k not in ("outputs", "invocation")}
+    probes = {Path(t["hosts"][gpuhost_instance].get("path", "?")).stem:
+              {k: v for k, v in t["hosts"][gpuhost_instance].items() if k not in ("outputs", "invocation")}
               for p in fast["plays"] for t in p["tasks"]
               if t["task"]["name"].endswith(PROBE_TASK) and gpuhost_instance in t["hosts"]}
     assert ended == set(ROLES) and fast["stats"][gpuhost_instance]["changed"] == 0, (ended, fast["stats"], probes)
