@@ -42,6 +42,8 @@ from ansible_collections.gpuhost.nvidia.plugins.module_utils import _converged, 
 from ansible_collections.gpuhost.nvidia.plugins.plugin_utils._filter_args import plain
 
 RECORD_DIR = _files.STATE_DIR + "/converged"
+# The internal role whose probe.yml and record.yml run this action for the role that included it.
+COMMON_ROLE = "internal_common"
 FACT_KEYS = ("distribution", "distribution_version", "distribution_release", "os_family", "kernel", "architecture", "pkg_mgr")
 DRIVER_KEYS = ("version", "branch", "kernel_module_type", "kernel_module_loaded", "kernel_module_version", "library_version")
 GPU_KEYS = ("index", "uuid", "name", "pci_bus_id", "pci_device_id", "architecture", "compute_capability", "bound_driver", "iommu_group")
@@ -165,9 +167,16 @@ class ActionModule(ActionBase):
         args = dict(self._task.args)
         defer = boolean(args.pop("defer", False), strict=False)
         args.pop("records", None)  # the deferred calls come from the host fact only
-        # role_name and role_path are the magic variables of the role this task runs in.
+        # role_name and role_path are the magic variables of the role this task runs in. A task of the internal common
+        # role (its probe.yml and record.yml) works for the role that included it, and that role's record and digest
+        # cover the common role's files too.
         role_path = task_vars.get("role_path")
         name = str(task_vars["role_name"]).rsplit(".", maxsplit=1)[-1] if role_path and task_vars.get("role_name") else None
+        code_paths = [role_path] if role_path else []
+        if name == COMMON_ROLE and task_vars.get("ansible_parent_role_paths"):
+            code_paths = [str(task_vars["ansible_parent_role_paths"][0]), str(role_path)]
+            role_path = code_paths[0]
+            name = str(task_vars["ansible_parent_role_names"][0]).rsplit(".", maxsplit=1)[-1]
         state = args.get("state", "probe")
         facts = task_vars.get("ansible_facts") or {}
         if "package_manager" not in args and PKG_MGR.get(facts.get("pkg_mgr")):
@@ -187,7 +196,7 @@ class ActionModule(ActionBase):
             collection_plugins = os.path.join(role_path, "..", "..", "plugins")
             inputs = {
                 "role": name,
-                "code": tree_digest([role_path] + ([os.path.normpath(collection_plugins)] if os.path.isdir(collection_plugins) else [])),
+                "code": tree_digest(code_paths + ([os.path.normpath(collection_plugins)] if os.path.isdir(collection_plugins) else [])),
                 "variables": self._role_variables(role_path, task_vars),
                 "facts": {key: facts.get(key) for key in FACT_KEYS},
                 "gpu": gpu_facts(facts.get("nvidia_gpu")),

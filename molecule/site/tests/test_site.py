@@ -95,9 +95,11 @@ def test_parts_that_are_off_never_start(gpuhost_instance):
     their roles start; every other part runs, in every run of site.yml (check, converge, idempotence)."""
     site_runs = [run for run in recorded_runs() if Path(run["playbook"]).name == "converge.yml"]
     assert len(site_runs) >= 3, [run["playbook"] for run in recorded_runs()]
-    # internal_repository: the shared repository tasks the driver and toolkit roles include (#19)
+    # internal_repository: the shared repository tasks the driver and toolkit roles include; internal_common: the
+    # per-OS variables, the converged probe and record and the package ensure every role includes
     expected = ["gpuhost.nvidia.gpu_compose", "gpuhost.nvidia.gpu_doctor", "gpuhost.nvidia.gpu_settings",
-                "gpuhost.nvidia.internal_repository", "gpuhost.nvidia.nvidia_container_toolkit", "gpuhost.nvidia.nvidia_driver"]
+                "gpuhost.nvidia.internal_common", "gpuhost.nvidia.internal_repository", "gpuhost.nvidia.nvidia_container_toolkit",
+                "gpuhost.nvidia.nvidia_driver"]
     for run in site_runs:
         assert run["roles"].get(gpuhost_instance) == expected, (run["check"], run["roles"].get(gpuhost_instance))
 

@@ -29,6 +29,9 @@ REPO = SCENARIO.parents[1]
 EPHEMERAL = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "."))
 RECORDS = "/var/lib/gpuhost/converged"
 ROLES = ["nvidia_driver", "nvidia_container_toolkit", "gpu_settings", "gpu_compose"]
+# The converged probe and record, as the internal common role's probe.yml and record.yml name them.
+PROBE_TASK = "gpuhost.nvidia.internal_common : Ask whether the host is as the calling role's last full run left it"
+RECORD_TASK = "gpuhost.nvidia.internal_common : Write what the calling role's full run left, or remove its record"
 DAEMON_JSON = "/etc/docker/daemon.json"
 # The shared Molecule configuration asks every role for its full path (gpuhost_converged_full_run, for idempotence):
 # these runs are the ones a user makes, with the fast path.
@@ -65,16 +68,19 @@ def observation(run: dict, instance: str) -> dict[str, dict]:
 
 def assert_fast_path(run: dict, instance: str) -> None:
     """Each role ran its probe and ended there (none reached its record task at the end of the full path), and the run
-    changed nothing."""
+    changed nothing. The probe and the record are the internal common role's tasks, included by each role: the role is
+    the record's name in the result's path (/var/lib/gpuhost/converged/<role>.json)."""
     def roles_that_ran(suffix: str) -> set[str]:
-        return {t["task"]["name"].split(" : ")[0].split(".")[-1] for p in run["plays"] for t in p["tasks"]
-                if t["task"]["name"].endswith(suffix) and instance in t["hosts"] and not t["hosts"][instance].get("skipped")}
-    ended = roles_that_ran(" : Probe whether the host is as the role's last full run left it")
-    ended -= roles_that_ran(" : Record what the full run left for the next run's probe")
+        return {Path(t["hosts"][instance]["path"]).stem for p in run["plays"] for t in p["tasks"]
+                if t["task"]["name"].endswith(suffix) and instance in t["hosts"]
+                and not t["hosts"][instance].get("skipped") and t["hosts"][instance].get("path")}
+    ended = roles_that_ran(PROBE_TASK)
+    ended -= roles_that_ran(RECORD_TASK)
     # On a failure, what each role's probe answered (its drift, or why its inputs differ) says why it took the full path.
-    probes = {t["task"]["name"]: {k: v for k, v in t["hosts"][instance].items() if k not in ("outputs", "invocation")}
+    probes = {Path(t["hosts"][instance].get("path", "?")).stem:
+              {k: v for k, v in t["hosts"][instance].items() if k not in ("outputs", "invocation")}
               for p in run["plays"] for t in p["tasks"]
-              if t["task"]["name"].endswith(" : Probe whether the host is as the role's last full run left it") and instance in t["hosts"]}
+              if t["task"]["name"].endswith(PROBE_TASK) and instance in t["hosts"]}
     assert ended == set(ROLES) and run["stats"][instance]["changed"] == 0, (ended, run["stats"], probes)
 
 
@@ -148,7 +154,7 @@ def test_probe_sees_each_drift_and_one_run_repairs_it(host, gpuhost_instance, tm
     # The record task changes after any drift; the repair is what the role's other tasks changed.
     changed_roles = {t["task"]["name"].split(" : ")[0].split(".")[-1] for p in repair["plays"] for t in p["tasks"]
                      if t["hosts"].get(gpuhost_instance, {}).get("changed") and " : " in t["task"]["name"]
-                     and not t["task"]["name"].endswith("Record what the full run left for the next run's probe")}
+                     and not t["task"]["name"].endswith(RECORD_TASK) and "internal_common" not in t["task"]["name"]}
     assert changed_roles >= set(ROLES), (changed_roles, repair["stats"])
     records_after = {role: json.loads(host.file(f"{RECORDS}/{role}.json").content_string) for role in ROLES}
     again = probe(tmp_path, gpuhost_instance, records_after)

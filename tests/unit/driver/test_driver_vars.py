@@ -4,14 +4,15 @@
 
 """The nvidia_driver role's per-distribution vars, templated as Ansible loads them, through the planner.
 
-Loads defaults/main.yml, vars/main.yml, the distribution's file (first found: distribution, os_family, default) and the release's file
-(first found: distribution_version, distribution_major_version, os_family_major), as tasks/set_vars.yml does, then
+Loads defaults/main.yml, vars/main.yml and the per-OS files the internal common role layers (family, family release,
+distribution, its release; default.yml when none exists), as tasks/set_vars.yml does, then
 checks what a host of each supported release gets: repository, key, branch, packages, pin.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 import yaml
@@ -22,6 +23,8 @@ from ansible_collections.gpuhost.nvidia.plugins.module_utils import _driver
 
 ROLE = os.path.join(os.path.dirname(__file__), "..", "..", "..", "roles", "nvidia_driver")
 VARS = os.path.join(ROLE, "vars")
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "roles"))
+import os_vars  # noqa: E402  pylint: disable=wrong-import-position
 
 
 def _trust(value):
@@ -37,10 +40,6 @@ def _trust(value):
 def _load(name):
     with open(os.path.join(VARS, name), encoding="utf-8") as handle:
         return yaml.safe_load(handle) or {}
-
-
-def _first(names):
-    return next((n for n in names if os.path.exists(os.path.join(VARS, n))), None)
 
 
 HOSTS = {
@@ -71,17 +70,10 @@ class Host:
         with open(os.path.join(ROLE, "defaults", "main.yml"), encoding="utf-8") as handle:
             variables = yaml.safe_load(handle)
         variables.update(_load("main.yml"))
-        base = _first([facts["distribution"] + ".yml", facts["os_family"] + ".yml", "default.yml"])
-        variables.update(_load(base))
-        self.files = [base]
-        release = _first([
-            "%s_%s.yml" % (facts["distribution"], facts["distribution_version"]),
-            "%s_%s.yml" % (facts["distribution"], facts["distribution_major_version"]),
-            "%s_%s.yml" % (facts["os_family"], facts["distribution_major_version"]),
-        ])
-        if release:
-            variables.update(_load(release))
-            self.files.append(release)
+        # The files the internal common role layers for this host (tests/unit/roles/os_vars.py reads its rule).
+        self.files = os_vars.files("nvidia_driver", facts)
+        for layer in self.files:
+            variables.update(_load(layer))
         self.facts = facts
         self.variables = _trust(variables)
         self.variables["ansible_facts"] = facts
@@ -114,8 +106,8 @@ def test_release_files_layer_on_the_distribution():
     assert Host("debian13").files == ["Debian.yml", "Debian_13.yml"]
     assert Host("rocky9").files == ["RedHat.yml"]
     assert Host("rocky10").files == ["RedHat.yml", "RedHat_10.yml"]
-    assert Host("fedora42").files == ["Fedora.yml"]
-    assert Host("ubuntu2404").files == ["Ubuntu.yml"]
+    assert Host("fedora42").files == ["RedHat.yml", "Fedora.yml"]
+    assert Host("ubuntu2404").files == ["Debian.yml", "Ubuntu.yml"]
 
 
 def test_debian12_defaults_to_nvidia_580_with_nvidias_apt_key():

@@ -25,12 +25,23 @@ PLAYBOOKS = sorted((REPO / "playbooks").glob("*.yml"))
 WARNING_MARKS = ("[WARNING]", "[DEPRECATION WARNING]", "[ERROR]")
 
 
+# Roles without an argument spec, and why; each of their task files is loaded as an entry point instead.
+WITHOUT_SPECS = {
+    # Validation would template the record's lists on the path that does not record, and add a task to every include
+    # on the converged fast path (roles/internal_common/README.md).
+    "internal_common": "the internal common role",
+}
+
+
 def _entry_points() -> list[tuple[str, str]]:
     points = []
     for spec in sorted((REPO / "roles").glob("*/meta/argument_specs.yml")):
         role = spec.parent.parent.name
         for entry in yaml.safe_load(spec.read_text(encoding="utf-8"))["argument_specs"]:
             points.append((role, entry))
+    for role in sorted(WITHOUT_SPECS):
+        assert not (REPO / "roles" / role / "meta" / "argument_specs.yml").exists(), role
+        points.extend((role, path.stem) for path in sorted((REPO / "roles" / role / "tasks").glob("*.yml")))
     return points
 
 

@@ -22,6 +22,7 @@ import yaml
 
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar
+import os_vars  # beside this file
 from role_templates import inline_lookups, trusted
 
 from ansible_collections.gpuhost.nvidia.plugins.module_utils import _apply
@@ -52,10 +53,16 @@ def _tasks(name: str, file: str = "main.yml") -> list[dict]:
     return found
 
 
+# A host of each distribution the cases name.
+LAYERED_HOST = {"Debian": "debian12", "Ubuntu": "ubuntu2404", "RedHat": "rocky9", "Archlinux": "arch", "default": "gentoo"}
+
+
 def _templar(distro: str, enabled: bool, **extra: t.Any) -> Templar:
     variables: dict[str, t.Any] = {}
-    for path in (ROLE / "defaults" / "main.yml", ROLE / "vars" / "main.yml", ROLE / "vars" / f"{distro}.yml"):
+    for path in (ROLE / "defaults" / "main.yml", ROLE / "vars" / "main.yml"):
         variables.update(yaml.safe_load(path.read_text(encoding="utf-8")))
+    # The per-OS files as the internal common role layers them (Ubuntu.yml over Debian.yml).
+    variables.update(os_vars.resolve("gpu_settings", os_vars.HOSTS[LAYERED_HOST.get(distro, distro)]))
     variables = trusted(variables)
     variables.update({"gpu_settings_persistenced_enabled": enabled, "ansible_managed": "Ansible managed"})
     variables.update(extra)

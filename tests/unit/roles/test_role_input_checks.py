@@ -163,8 +163,20 @@ def test_the_internal_repository_refuses_before_fetching_or_writing(local_play) 
     check = fqcn + " : Refuse a repository without a key URL or a pinned fingerprint, or with a value its file cannot take"
     plays = [{"hosts": "all", "gather_facts": False, "tasks": [
         {"name": "Run the role", "ansible.builtin.include_role": {"name": fqcn, "tasks_from": "repository.yml"}}]}]
-    # Host variables (play variables would take precedence over the case's).
-    results = local_play(plays, hosts={case: dict(REPOSITORY, **variables) for case, variables in REPOSITORY_CASES.items()})
+    # Host variables (play variables would take precedence over the case's). The role is internal: a play includes it
+    # here as if a collection role did (the name include_role gives a role's tasks), and once without that, which the
+    # guard refuses before anything else, naming the caller.
+    caller = {"ansible_parent_role_names": ["gpuhost.nvidia.nvidia_driver"]}
+    hosts = {case: dict(REPOSITORY, **caller, **variables) for case, variables in REPOSITORY_CASES.items()}
+    hosts["no-collection-role"] = dict(REPOSITORY)
+    hosts["another-collections-role"] = dict(REPOSITORY, ansible_parent_role_names=["other.collection.nvidia_driver"])
+    results = local_play(plays, hosts=hosts)
+    for case, by in (("no-collection-role", "a play or a playbook task"), ("another-collections-role", "role other.collection.nvidia_driver")):
+        tasks = results[case]
+        assert tasks[check].get("failed") and "internal to the collection" in tasks[check]["msg"], (case, tasks[check])
+        assert "not by " + by in tasks[check]["msg"], (case, tasks[check]["msg"])
+        names = list(tasks)
+        assert names[names.index(check) + 1:] == [] and not any(tasks[n].get("changed") for n in names), (case, names)
     for case, variables in REPOSITORY_CASES.items():
         tasks = results[case]
         assert tasks[check].get("failed"), (case, tasks[check])

@@ -4,9 +4,10 @@
 
 """What each role loads on Ubuntu 22.04 and 24.04 (#24), and what the driver role makes of it.
 
-Every role's per-distribution vars come through one ``first_found`` chain (its ``set_vars`` task). The chains are read
-from the roles' own task files and resolved for Ubuntu's facts, so a new vars file or a reordered chain shows up here:
-no role may fall back to a file whose values do not fit Ubuntu (Debian's driver userland names, for one). The driver
+Every role's per-distribution vars are layered by the internal common role (its ``vars.yml``: the family's file, then
+the distribution's, each holding only what differs), resolved here for Ubuntu's facts by the common role's own rule, so
+a new vars file shows up here: no role may load a Debian file whose values do not fit Ubuntu (Debian's driver userland
+names, for one) without an Ubuntu file over it. The driver
 role's Ubuntu file then goes through the planner as the role templates it: the kernel flavour from the running kernel's
 name (HWE included), the signed-module path with Secure Boot on, the package the candidate check reads, the pin.
 """
@@ -27,6 +28,7 @@ from ansible_collections.gpuhost.nvidia.plugins.module_utils import _driver
 ROLES = pathlib.Path(__file__).resolve().parents[3] / "roles"
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "driver"))
 from test_driver_vars import HOSTS, Host  # noqa: E402  pylint: disable=wrong-import-position
+import os_vars  # noqa: E402  pylint: disable=wrong-import-position  # beside this file
 
 UBUNTU = {
     "ubuntu2204": {"distribution": "Ubuntu", "os_family": "Debian", "distribution_major_version": "22", "distribution_version": "22.04",
@@ -34,39 +36,21 @@ UBUNTU = {
     "ubuntu2404": {"distribution": "Ubuntu", "os_family": "Debian", "distribution_major_version": "24", "distribution_version": "24.04",
                    "pkg_mgr": "apt"},
 }
-# The vars file each role loads on both Ubuntu releases.
+# The vars files each role loads on both Ubuntu releases, in order (the internal common role layers them).
 LOADS = {
-    "nvidia_driver": "Ubuntu.yml",
-    "gpu_settings": "Ubuntu.yml",
-    "nvidia_container_toolkit": "Debian.yml",
-    "gpu_compose": "Debian.yml",
-    "vfio_passthrough": "Debian.yml",
-    "gpu_verify": "Debian.yml",
+    "nvidia_driver": ["Debian.yml", "Ubuntu.yml"],
+    "gpu_settings": ["Debian.yml", "Ubuntu.yml"],
+    "nvidia_container_toolkit": ["Debian.yml"],
+    "gpu_compose": ["Debian.yml"],
+    "vfio_passthrough": ["Debian.yml"],
+    "gpu_verify": ["Debian.yml"],
 }
-
-
-def _chains(role: str) -> list[list[str]]:
-    """The file lists of the role's first_found include_vars tasks (the first one is the per-distribution chain)."""
-    chains = []
-    for path in sorted((ROLES / role / "tasks").glob("*.yml")):
-        for task in yaml.safe_load(path.read_text(encoding="utf-8")) or []:
-            include = task.get("ansible.builtin.include_vars")
-            if isinstance(include, str) and "first_found" in include:
-                chains.extend(v["files"] for v in (task.get("vars") or {}).values() if isinstance(v, dict) and "files" in v)
-    return chains
-
-
-def _resolve(role: str, facts: dict[str, str]) -> str:
-    templar = Templar(loader=DataLoader(), variables={"ansible_facts": facts})
-    chain = _chains(role)[0]
-    names = [templar.template(trust_as_template(name)) for name in chain]
-    return next(name for name in names if (ROLES / role / "vars" / name).is_file())
 
 
 @pytest.mark.parametrize("release", sorted(UBUNTU))
 @pytest.mark.parametrize("role", sorted(LOADS))
-def test_each_role_loads_its_ubuntu_file_or_the_debian_family_file(role: str, release: str) -> None:
-    assert _resolve(role, UBUNTU[release]) == LOADS[role]
+def test_each_role_loads_the_debian_family_file_and_its_ubuntu_file_over_it(role: str, release: str) -> None:
+    assert os_vars.files(role, UBUNTU[release]) == LOADS[role]
 
 
 def _debian_driver_names() -> set[str]:
@@ -75,7 +59,7 @@ def _debian_driver_names() -> set[str]:
     return set(_driver.resolve_packages({"branch": 535}, table["distro"])["hold"])
 
 
-@pytest.mark.parametrize("role", sorted(role for role, name in LOADS.items() if name == "Debian.yml"))
+@pytest.mark.parametrize("role", sorted(role for role, name in LOADS.items() if name == ["Debian.yml"]))
 def test_the_debian_family_files_ubuntu_loads_name_no_debian_driver_package(role: str) -> None:
     values = yaml.safe_load((ROLES / role / "vars" / "Debian.yml").read_text(encoding="utf-8")) or {}
     assert set(_flatten(values)).isdisjoint(_debian_driver_names()), role
@@ -104,8 +88,10 @@ def test_gpu_settings_knows_ubuntus_persistenced_unit_is_static_and_debians_is_n
     debian = yaml.safe_load((ROLES / "gpu_settings" / "vars" / "Debian.yml").read_text(encoding="utf-8"))
     assert (default["__gpu_settings_persistenced_static"], ubuntu["__gpu_settings_persistenced_static"]) == (False, True)
     assert "__gpu_settings_persistenced_static" not in debian
-    # Installing a static unit enables nothing: Ubuntu does not inherit Debian's deb-systemd-helper prediction.
-    assert "__gpu_settings_persistenced_enabled_on_install" not in ubuntu and default["__gpu_settings_persistenced_enabled_on_install"] is False
+    # Installing a static unit enables nothing: Ubuntu.yml, layered over Debian.yml, overrides Debian's deb-systemd-helper
+    # prediction.
+    assert ubuntu["__gpu_settings_persistenced_enabled_on_install"] is False and debian["__gpu_settings_persistenced_enabled_on_install"] is True
+    assert default["__gpu_settings_persistenced_enabled_on_install"] is False
 
 
 def _absent_packages(installed: list[str]) -> list[str]:
