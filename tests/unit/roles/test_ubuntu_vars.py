@@ -22,7 +22,7 @@ import yaml
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
 
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _driver
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _driver, _driver_probe
 
 ROLES = pathlib.Path(__file__).resolve().parents[3] / "roles"
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "driver"))
@@ -117,7 +117,7 @@ def _absent_packages(installed: list[str]) -> list[str]:
     templar = Templar(loader=DataLoader(), variables=variables)
     # tasks/absent.yml's nvidia_driver_host read: the installed packages named by the tokens or starting with a prefix.
     tokens = templar.template(variables["__nvidia_driver_absent_tokens"])
-    selected = _driver.select_installed({name: [{"version": "1"}] for name in installed}, [t for t in tokens if "{" not in t],
+    selected = _driver_probe.select_installed({name: [{"version": "1"}] for name in installed}, [t for t in tokens if "{" not in t],
                                         templar.template(variables["__nvidia_driver_absent_prefixes"]))
     variables["__nvidia_driver_absent_installed"] = {"packages": selected}
     return Templar(loader=DataLoader(), variables=variables).template(variables["__nvidia_driver_absent_packages"])
