@@ -2,12 +2,14 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""Driver filters: nvidia_driver_plan, nvidia_driver_candidate_errors, nvidia_driver_packages, nvidia_driver_versionlock,
+"""Driver filters: nvidia_driver_plan, nvidia_driver_transaction, nvidia_driver_candidate_errors, nvidia_driver_packages, nvidia_driver_versionlock,
 nvidia_driver_move, nvidia_driver_package_specs, nvidia_driver_lockstep, nvidia_driver_lockstep_hold, nvidia_driver_dnf_versions.
 
 The key fingerprint filters are in gpg.py.
 
-Their documentation is in the sidecar .yml files. The decisions live in module_utils/_driver.py.
+Their documentation is in the sidecar .yml files. The decisions live in module_utils/_driver.py. The role makes two
+calls per run: nvidia_driver_plan (with its package tables) before any change, and nvidia_driver_transaction once the
+repositories answered; the other filters are the single steps of these two, kept for playbooks that call them.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from ansible_collections.gpuhost.nvidia.plugins.plugin_utils._lazy import module
 
 # Imported when a filter of this file first runs, not when Ansible loads the file (plugin_utils/_lazy.py).
 _driver = module_utils("_driver")
+_packages = None
 _kernels = module_utils("_kernels")
 
 
@@ -41,15 +44,63 @@ def _plan(plan: t.Any, name: str) -> t.Mapping[str, t.Any]:
     return plan_map
 
 
-def nvidia_driver_plan(request: t.Any, facts: t.Any = None, host: t.Any = None, capabilities: t.Any = None) -> dict[str, t.Any]:
-    """What the nvidia_driver role installs, and every reason it must stop (``errors``)."""
+def nvidia_driver_plan(request: t.Any, facts: t.Any = None, host: t.Any = None, capabilities: t.Any = None, packages: t.Any = None) -> dict[str, t.Any]:
+    """What the nvidia_driver role installs, and every reason it must stop (``errors``); with ``packages`` (the role's
+    package tables and settings), a plan that acts also names its packages (``packages``)."""
     facts_map = gpu_facts(facts, "nvidia_driver_plan facts")
-    return _driver.plan(
+    host_map = mapping(host, "nvidia_driver_plan host")
+    result = _driver.plan(
         mapping(request, "nvidia_driver_plan request"),
         facts_map,
-        mapping(host, "nvidia_driver_plan host"),
+        host_map,
         mapping(capabilities, "nvidia_driver_plan capabilities"),
     )
+    if packages is None or not result["act"] or result["errors"]:
+        return result
+    settings = mapping(packages, "nvidia_driver_plan packages")
+    tables = mapping(settings.get("tables"), "nvidia_driver_plan packages.tables")
+    try:
+        result["packages"] = _driver.plan_packages(result, tables, {**host_map, "kernel_flavour": settings.get("kernel_flavour")}, settings)
+    except ValueError as exc:
+        raise AnsibleFilterError("nvidia_driver_plan: %s" % exc) from None
+    return result
+
+
+def nvidia_driver_transaction(plan: t.Any, host: t.Any = None, role: t.Any = None) -> dict[str, t.Any]:
+    """The plan met with the host's answers: the move, the candidate errors, the install specs with what the roles after
+    this one asked for, Fabric Manager's lockstep and its hold, in one call."""
+    plan_map = _plan(plan, "nvidia_driver_transaction")
+    host_map = mapping(host, "nvidia_driver_transaction host")
+    role_map = mapping(role, "nvidia_driver_transaction role")
+    pkg_mgr = role_map.get("pkg_mgr")
+    if pkg_mgr not in ("apt", "dnf", "pacman"):
+        raise AnsibleFilterError("nvidia_driver_transaction: role.pkg_mgr must be apt, dnf or pacman, got %r" % (pkg_mgr,))
+    if not (role_map.get("packages") or plan_map.get("packages")):
+        raise AnsibleFilterError("nvidia_driver_transaction: the plan names no packages: pass the plan of gpuhost.nvidia.nvidia_driver_plan "
+                                 "called with its packages argument (or role.packages)")
+    resolved = mapping(role_map.get("packages") or plan_map.get("packages"), "nvidia_driver_transaction packages")
+    installed = mapping(host_map.get("installed"), "nvidia_driver_transaction host.installed")
+    try:
+        result = _driver.transaction(plan_map, resolved, dict(host_map, installed=installed), role_map)
+    except ValueError as exc:
+        raise AnsibleFilterError("nvidia_driver_transaction: %s" % exc) from None
+    # The requests of the roles after this one ride along only on an install at the branch's candidate: a move or an
+    # exact version leaves them to their roles, which install them at the version the move settles.
+    taken = {"install": [], "predicted": [], "roles": [], "files": [], "absent": []}
+    if result["takes_requests"]:
+        taken = _package_plan()(role_map.get("requests") or [], role_map.get("userland") or [], list(installed))
+    result["taken"] = taken
+    result.update(_driver.transaction_specs(result, taken, pkg_mgr, role_map.get("install")))
+    return result
+
+
+def _package_plan() -> t.Callable[..., dict[str, list[t.Any]]]:
+    """The package_plan filter (plugins/filter/packages.py), which checks what the roles after this one ask for."""
+    global _packages  # pylint: disable=global-statement
+    if _packages is None:
+        from ansible_collections.gpuhost.nvidia.plugins.filter import packages as _packages_filter  # pylint: disable=import-outside-toplevel
+        _packages = _packages_filter
+    return _packages.package_plan
 
 
 def nvidia_driver_candidate_errors(plan: t.Any, candidate: t.Any, request: t.Any = None, source_label: str = "") -> list[str]:
@@ -136,6 +187,7 @@ class FilterModule:
     def filters(self) -> dict[str, t.Callable[..., t.Any]]:
         return guarded({
             "nvidia_driver_plan": nvidia_driver_plan,
+            "nvidia_driver_transaction": nvidia_driver_transaction,
             "nvidia_driver_candidate_errors": nvidia_driver_candidate_errors,
             "nvidia_driver_packages": nvidia_driver_packages,
             "nvidia_driver_versionlock": nvidia_driver_versionlock,

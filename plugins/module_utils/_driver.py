@@ -1030,3 +1030,167 @@ def dnf_versions(output: t.Any, name: str) -> list[str]:
         if fields[1] not in versions:
             versions.append(fields[1])
     return versions
+
+
+
+def plan_packages(plan_result: Mapping[str, t.Any], tables: Mapping[str, t.Any], host: Mapping[str, t.Any], role: Mapping[str, t.Any]) -> dict[str, t.Any]:
+    """The plan's packages: ``resolve_packages`` of the plan's source, with what the role installs and holds.
+
+    ``tables``: the role's ``__nvidia_driver_packages`` (one table per source). ``host``: ``kernel_flavour`` and
+    ``installed_packages`` (names). ``role``: ``pkg_mgr``, ``desktop``, ``extra`` (the user's extra packages), ``pin``,
+    ``dnf_modules`` (the module stream holds the branch), ``other_module`` (Arch: the module package of the other kernel
+    kind) and ``candidate_from_userspace`` (the sources whose module
+    packages carry the kernel's version, so the driver's version is read from the first userspace package).
+
+    Adds ``install`` (module, userspace, the desktop set when asked for, the extra packages), ``candidate`` (the package
+    whose version is the driver's), ``other_flavour`` and ``other_module_installed`` (the installed module packages
+    the plan replaces), ``lockstep_hold`` (Fabric Manager and NSCQ, held at the driver's exact version in a
+    block of their own) and ``versionlock`` (dnf: the branch lock's ``dnf4`` lines and ``dnf5`` entries, without the
+    lockstep names; empty where the module stream holds the branch alone or nothing is pinned). The versionlock is known
+    here, before the transaction: dnf must see the branch's lock before it is asked what it offers.
+    """
+    source = plan_result.get("source")
+    if source not in tables:
+        raise ValueError("the package tables have no source %r (they have %s)" % (source, ", ".join(map(str, tables)) or "none"))
+    resolved = resolve_packages(plan_result, tables[source], {"kernel_flavour": host.get("kernel_flavour") or ""})
+    flavour = str(plan_result.get("flavour") or "")
+    module = resolved["module"].get(flavour, [])
+    resolved["install"] = module + resolved["userspace"] + (resolved["desktop"].get(flavour, []) if role.get("desktop") else []) + _names(role.get("extra"))
+    from_userspace = source in [str(s) for s in _as_list(role.get("candidate_from_userspace"))]
+    candidates = resolved["userspace"] if from_userspace else module
+    resolved["candidate"] = candidates[0] if candidates else ""
+    # The other flavour's module packages (and Arch's module built for the other kernel kind) that are installed: removed.
+    installed_names = [str(n) for n in _as_list(host.get("installed_packages"))]
+    other = "proprietary" if flavour == "open" else "open"
+    resolved["other_flavour"] = other
+    resolved["other_module_installed"] = [n for n in dict.fromkeys(resolved["module"].get(other, []) + _names(role.get("other_module")))
+                                          if n not in module and n in installed_names]
+    pkg_mgr = str(role.get("pkg_mgr") or "")
+    resolved["lockstep_hold"] = plan_lockstep(plan_result, {}, resolved, host.get("installed_packages"), pkg_mgr)["hold"]
+    resolved["versionlock"] = {"dnf4": [], "dnf5": []}
+    wanted = bool(role.get("pin")) and (not role.get("dnf_modules") or bool(plan_result.get("version")))
+    if pkg_mgr == "dnf" and wanted and not resolved["errors"]:
+        names = [n for n in resolved["hold"] if n not in resolved["lockstep_hold"]]
+        resolved["versionlock"] = {"dnf4": versionlock_dnf4(names, plan_result), "dnf5": versionlock_dnf5(names, plan_result)}
+    return resolved
+
+
+# The transaction: the plan met with the host's answers (the versions the repositories offer, the installed packages).
+_PACMAN_VERSION_RE = re.compile(r"^Version\s*:\s*")
+
+
+def offered_rows(offered: t.Any, asked: t.Any = None) -> list[list[str]]:
+    """apt's answer as ``[name, version, source]`` rows: ``apt-cache madison`` output (text, split on ``|`` and
+    stripped), or rows the host read already gave, of which only those of the names ``asked`` count."""
+    if isinstance(offered, str) or offered is None:
+        return [[field.strip() for field in line.split("|")] for line in str(offered or "").splitlines() if line.strip()]
+    wanted = set(str(n) for n in _as_list(asked))
+    return [[str(f) for f in row] for row in _as_list(offered) if isinstance(row, Sequence) and not isinstance(row, str)
+            and len(row) >= 2 and str(row[0]) in wanted]
+
+
+def offered_versions(pkg_mgr: str, offered: t.Any, name: str) -> list[str]:
+    """The versions the repositories offer of ``name``, as the package manager printed them: apt's rows
+    (``offered_rows``), dnf 4's repoquery or dnf 5's list output (``dnf_versions``), ``pacman -Si``'s Version lines."""
+    if pkg_mgr == "apt":
+        return [row[1] for row in offered if row[0] == name]
+    if pkg_mgr == "dnf":
+        return dnf_versions(offered, name)
+    return [_PACMAN_VERSION_RE.sub("", line) for line in str(offered or "").splitlines() if _PACMAN_VERSION_RE.match(line)]
+
+
+def installed_version(installed: Mapping[str, t.Any], name: str) -> str:
+    """The installed version of ``name`` in package_facts' form (its first entry), "" when it is not installed."""
+    entries = _as_list(installed.get(name))
+    first = entries[0] if entries and isinstance(entries[0], Mapping) else {}
+    return str(first.get("version") or "")
+
+
+def _lockstep_in_place(lockstep: Mapping[str, t.Any], move: Mapping[str, t.Any], installed: Mapping[str, t.Any]) -> bool:
+    """Whether Fabric Manager and NSCQ are all installed at the driver's version, nothing of another branch to replace:
+    then their install would change nothing and is skipped."""
+    if lockstep["remove"] or move.get("to") is None:
+        return False
+    if any(name not in installed for name in lockstep["names"]):
+        return False
+    upstream = [re.sub(r"-.*$", "", re.sub(r"^[0-9]+:", "", installed_version(installed, name))) for name in lockstep["hold"]]
+    return all(version == move["to"] for version in upstream)
+
+
+def transaction(plan_result: Mapping[str, t.Any], resolved: Mapping[str, t.Any], host: Mapping[str, t.Any], role: Mapping[str, t.Any]) -> dict[str, t.Any]:
+    """What the run does to the driver's packages, from the plan and the host's answers, in one step.
+
+    ``resolved``: the plan's package names (``resolve_packages``). ``host``: ``installed`` (the installed packages in
+    package_facts' form), ``offered`` (the repositories' answer: apt's rows or ``apt-cache madison`` output, dnf's
+    listing, ``pacman -Si`` output; empty when it was not asked), ``asked`` (apt: the names the answer is for),
+    ``repo_pending`` (check mode before the repository exists), ``hold_pending`` (dnf: a stream or lock that check mode
+    did not write) and ``check_mode``. ``role``: ``pkg_mgr``, ``candidate_package`` (whose installed version decides the
+    move; apt also reads its offered versions), ``install`` (the names the role installs), ``pin`` and ``request`` (its
+    CUDA requirement).
+
+    Returns ``offered_versions``, ``offered_names``, ``candidate_errors`` (empty while the repository is pending),
+    ``move`` (``plan_move``), ``hold_pending``, ``predict_only`` (check mode cannot ask the package manager for the
+    install: report it instead), ``downgrade``, ``install_specs`` (at the move's version when the driver moves or an exact
+    version is asked for, else the names), ``takes_requests`` (the install is at the branch's candidate, so the roles
+    after this one may have theirs installed with it), ``use_pinning_package`` and ``stale_pinning_packages`` (apt),
+    ``lockstep`` (``plan_lockstep``, with ``wanted``, ``in_place`` and ``held``: ``lockstep_hold`` at the move's version).
+    """
+    pkg_mgr = str(role.get("pkg_mgr") or "")
+    installed: Mapping[str, t.Any] = host.get("installed") or {}
+    repo_pending = bool(host.get("repo_pending"))
+    candidate = str(role.get("candidate_package") or "")
+    userspace = _names(resolved.get("userspace"))
+    asked_about = candidate if pkg_mgr == "apt" else (userspace[0] if userspace else "")
+    offered = offered_rows(host.get("offered"), host.get("asked")) if pkg_mgr == "apt" else host.get("offered")
+    versions = offered_versions(pkg_mgr, offered, asked_about)
+    names = list(dict.fromkeys(row[0] for row in offered)) if pkg_mgr == "apt" else []
+    label = "%s (%s source)" % (asked_about, plan_result.get("source"))
+    errors = [] if repo_pending else check_candidate(plan_result, versions, role.get("request") or {}, label)
+    move = plan_move(plan_result, installed_version(installed, candidate), versions)
+    if pkg_mgr == "apt":
+        hold_pending = bool(host.get("check_mode")) and move["moves"]
+    else:
+        hold_pending = bool(host.get("hold_pending"))
+    install = _names(role.get("install"))
+    hold = _names(resolved.get("hold"))
+    moving = [n for n in dict.fromkeys(install + [n for n in installed if n in _names(resolved.get("pin")) + _names(resolved.get("settings"))])
+              if n in hold]
+    versioned = move["to"] is not None and (move["moves"] or bool(plan_result.get("version")))
+    specs = package_specs(moving, move["to"], pkg_mgr) + [n for n in install if n not in moving] if versioned else install
+    pin = bool(role.get("pin"))
+    pinning = str(resolved.get("pinning") or "")
+    if not (pin and pinning):
+        use_pinning = False
+    elif repo_pending:
+        use_pinning = plan_result.get("branch") is not None and int(plan_result["branch"]) >= 590
+    else:
+        use_pinning = pinning in names
+    lockstep = plan_lockstep(plan_result, move, resolved, list(installed), pkg_mgr)
+    lockstep["wanted"] = pin and bool(lockstep["hold"])
+    lockstep["in_place"] = _lockstep_in_place(lockstep, move, installed)
+    lockstep["held"] = lockstep_hold(lockstep["hold"], move["to"])
+    return {
+        "offered_versions": versions,
+        "offered_names": names,
+        "candidate_errors": errors,
+        "move": move,
+        "hold_pending": hold_pending,
+        "predict_only": (repo_pending or hold_pending) and move["action"] != "keep",
+        "downgrade": move["action"] == "downgrade",
+        "install_specs": specs,
+        "takes_requests": not plan_result.get("version") and not move["moves"],
+        "use_pinning_package": use_pinning,
+        "stale_pinning_packages": [n for n in installed if n.startswith("nvidia-driver-pinning-") and n != (pinning if use_pinning else "")],
+        "apt_headers": (_names(role.get("headers_running")) + [n for n in _names(role.get("headers_follow")) if n in names]) if pkg_mgr == "apt" else [],
+        "lockstep": lockstep,
+    }
+
+
+def transaction_specs(result: Mapping[str, t.Any], taken: Mapping[str, t.Any], pkg_mgr: str, install: t.Any) -> dict[str, list[str]]:
+    """The package manager's install list: the driver's specs (pacman: the names, it has no version selection), each
+    name that a request the transaction takes (``taken``, from the package_plan filter) names itself replaced by the
+    request's entry, then the requests' entries; ``predicted`` adds the entries check mode can only report."""
+    own = _names(install) if pkg_mgr == "pacman" else list(result["install_specs"])
+    replaced = {re.sub(r"=.*$", "", str(entry)) for entry in _as_list(taken.get("install"))}
+    specs = [s for s in own if s not in replaced] + [str(e) for e in _as_list(taken.get("install"))]
+    return {"specs": specs, "predicted": specs + [str(e) for e in _as_list(taken.get("predicted"))]}

@@ -396,10 +396,10 @@ def test_apt_writes_the_pin_and_modprobe_files_installs_and_regenerates_in_one_c
     call = transaction["gpuhost.nvidia.gpuhost_apply"]
     # The pin, the modprobe.d files, and the holds of the roles whose requests the transaction takes (gpuhost_package_plan).
     assert "internal_repository_pin_deferred.files" in call["files"]
-    assert "+ __nvidia_driver_modprobe_files + __nvidia_driver_plan_taken.files" in call["files"]
-    assert call["absent"] == "{{ internal_repository_pin_deferred.absent + __nvidia_driver_plan_taken.absent }}"
-    assert "__nvidia_driver_apt_headers + __nvidia_driver_transaction_specs" in call["packages"]["install"]
-    assert call["packages"]["allow_downgrade"] == "{{ __nvidia_driver_downgrade | bool }}"
+    assert "+ __nvidia_driver_modprobe_files + __nvidia_driver_txn.taken.files" in call["files"]
+    assert call["absent"] == "{{ internal_repository_pin_deferred.absent + __nvidia_driver_txn.taken.absent }}"
+    assert "__nvidia_driver_txn.apt_headers + __nvidia_driver_txn.specs" in call["packages"]["install"]
+    assert call["packages"]["allow_downgrade"] == "{{ __nvidia_driver_txn.downgrade }}"
     assert "__nvidia_driver_regenerate" in call["regenerate"]
     # NVIDIA's pinning package goes in before the transaction resolves; no block, no rescue: the call does both.
     assert names.index(render["name"]) < names.index("Install NVIDIA's pinning package before the driver") < names.index(transaction["name"])
@@ -437,7 +437,7 @@ def test_no_task_registers_over_a_role_variable():
     for name in os.listdir(os.path.join(ROLE, "vars")):
         with open(os.path.join(ROLE, "vars", name), encoding="utf-8") as handle:
             defined.update(yaml.safe_load(handle) or {})
-    assert "__nvidia_driver_host_probe" in names and "__nvidia_driver_host_packages" in defined
+    assert "__nvidia_driver_host_probe" in names and "__nvidia_driver_probe_packages" in defined
     assert not names & defined, sorted(names & defined)
 
 
