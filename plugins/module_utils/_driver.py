@@ -1032,7 +1032,6 @@ def dnf_versions(output: t.Any, name: str) -> list[str]:
     return versions
 
 
-
 def plan_packages(plan_result: Mapping[str, t.Any], tables: Mapping[str, t.Any], host: Mapping[str, t.Any], role: Mapping[str, t.Any]) -> dict[str, t.Any]:
     """The plan's packages: ``resolve_packages`` of the plan's source, with what the role installs and holds.
 

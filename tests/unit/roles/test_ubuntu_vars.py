@@ -118,7 +118,7 @@ def _absent_packages(installed: list[str]) -> list[str]:
     # tasks/absent.yml's nvidia_driver_host read: the installed packages named by the tokens or starting with a prefix.
     tokens = templar.template(variables["__nvidia_driver_absent_tokens"])
     selected = _driver_probe.select_installed({name: [{"version": "1"}] for name in installed}, [t for t in tokens if "{" not in t],
-                                        templar.template(variables["__nvidia_driver_absent_prefixes"]))
+                                              templar.template(variables["__nvidia_driver_absent_prefixes"]))
     variables["__nvidia_driver_absent_installed"] = {"packages": selected}
     return Templar(loader=DataLoader(), variables=variables).template(variables["__nvidia_driver_absent_packages"])
 
