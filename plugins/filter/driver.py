@@ -18,7 +18,7 @@ import typing as t
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpuhost.nvidia.plugins.plugin_utils._filter_args import gpu_facts, guarded, mapping
+from ansible_collections.gpuhost.nvidia.plugins.plugin_utils._filter_args import gpu_facts, guarded, mapping, sequence
 from ansible_collections.gpuhost.nvidia.plugins.plugin_utils._lazy import module_utils
 
 # Imported when a filter of this file first runs, not when Ansible loads the file (plugin_utils/_lazy.py).
@@ -66,6 +66,71 @@ def nvidia_driver_plan(request: t.Any, facts: t.Any = None, host: t.Any = None, 
     return result
 
 
+TXN = "nvidia_driver_transaction"
+NAMES_FIX = "pass a list of package names"
+
+
+def _names(value: t.Any, what: str) -> list[str]:
+    """A list of package names (None: empty), each a string; anything else fails naming the argument."""
+    items = sequence(value, "%s: %s" % (TXN, what), NAMES_FIX)
+    bad = [item for item in items if not isinstance(item, str)]
+    if bad:
+        raise AnsibleFilterError("%s: %s must be a list of package names, got %r: %s" % (TXN, what, bad[0], NAMES_FIX))
+    return items
+
+
+def _flag(value: t.Any, what: str) -> bool:
+    if value is not None and not isinstance(value, bool):
+        raise AnsibleFilterError("%s: %s must be true or false, got %r" % (TXN, what, value))
+    return bool(value)
+
+
+def _text(value: t.Any, what: str) -> str:
+    if value is not None and not isinstance(value, str):
+        raise AnsibleFilterError("%s: %s must be a string, got %r" % (TXN, what, value))
+    return value or ""
+
+
+def _answers(host: t.Mapping[str, t.Any], pkg_mgr: str) -> dict[str, t.Any]:
+    """The host's answers, each checked: the installed packages in package_facts' form, the repositories' answer."""
+    installed = mapping(host.get("installed"), "%s host.installed" % TXN)
+    for name, entries in installed.items():
+        for entry in sequence(entries, "%s: host.installed[%r]" % (TXN, name), "pass the packages of gpuhost.nvidia.nvidia_driver_host"):
+            if not isinstance(entry, t.Mapping) or not isinstance(entry.get("version", ""), str):
+                raise AnsibleFilterError("%s: host.installed[%r] must be a list of {name, version} entries, got %r: pass the packages of "
+                                         "gpuhost.nvidia.nvidia_driver_host" % (TXN, name, entry))
+    offered = host.get("offered")
+    if isinstance(offered, (list, tuple)) and pkg_mgr == "apt":
+        for row in offered:
+            if not isinstance(row, (list, tuple)) or not all(isinstance(field, str) for field in row):
+                raise AnsibleFilterError("%s: host.offered rows must be [name, version, source] strings, got %r" % (TXN, row))
+    else:
+        offered = _text(offered, "host.offered")
+    return {"installed": installed, "offered": offered, "asked": _names(host.get("asked"), "host.asked"),
+            "repo_pending": _flag(host.get("repo_pending"), "host.repo_pending"),
+            "hold_pending": _flag(host.get("hold_pending"), "host.hold_pending"), "check_mode": _flag(host.get("check_mode"), "host.check_mode")}
+
+
+def _transaction_role(role: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
+    request = mapping(role.get("request"), "%s role.request" % TXN)
+    return dict(role, candidate_package=_text(role.get("candidate_package"), "role.candidate_package"),
+                install=_names(role.get("install"), "role.install"), pin=_flag(role.get("pin"), "role.pin"),
+                request={"cuda_version": _text(request.get("cuda_version"), "role.request.cuda_version"),
+                         "cuda_minor_version_compatibility": _flag(request.get("cuda_minor_version_compatibility"),
+                                                                   "role.request.cuda_minor_version_compatibility")},
+                headers_running=_names(role.get("headers_running"), "role.headers_running"),
+                headers_follow=_names(role.get("headers_follow"), "role.headers_follow"),
+                userland=_names(role.get("userland"), "role.userland"))
+
+
+def _resolved(packages: t.Any) -> dict[str, t.Any]:
+    resolved = dict(mapping(packages, "%s packages" % TXN))
+    for key in ("userspace", "hold", "pin", "settings", "fabric_manager", "nscq", "nvlsm", "install"):
+        resolved[key] = _names(resolved.get(key), "packages.%s" % key)
+    resolved["pinning"] = _text(resolved.get("pinning"), "packages.pinning")
+    return resolved
+
+
 def nvidia_driver_transaction(plan: t.Any, host: t.Any = None, role: t.Any = None) -> dict[str, t.Any]:
     """The plan met with the host's answers: the move, the candidate errors, the install specs with what the roles after
     this one asked for, Fabric Manager's lockstep and its hold, in one call."""
@@ -78,10 +143,12 @@ def nvidia_driver_transaction(plan: t.Any, host: t.Any = None, role: t.Any = Non
     if not (role_map.get("packages") or plan_map.get("packages")):
         raise AnsibleFilterError("nvidia_driver_transaction: the plan names no packages: pass the plan of gpuhost.nvidia.nvidia_driver_plan "
                                  "called with its packages argument (or role.packages)")
-    resolved = mapping(role_map.get("packages") or plan_map.get("packages"), "nvidia_driver_transaction packages")
-    installed = mapping(host_map.get("installed"), "nvidia_driver_transaction host.installed")
+    resolved = _resolved(role_map.get("packages") or plan_map.get("packages"))
+    answers = _answers(host_map, pkg_mgr)
+    installed = answers["installed"]
+    role_map = _transaction_role(role_map)
     try:
-        result = _driver.transaction(plan_map, resolved, dict(host_map, installed=installed), role_map)
+        result = _driver.transaction(plan_map, resolved, answers, role_map)
     except ValueError as exc:
         raise AnsibleFilterError("nvidia_driver_transaction: %s" % exc) from None
     # The requests of the roles after this one ride along only on an install at the branch's candidate: a move or an
