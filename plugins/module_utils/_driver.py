@@ -933,7 +933,7 @@ def _family(name: str) -> str:
     return re.sub(r"-?[0-9]{3}$", "", name).replace("-", "")
 
 
-# A hold at the driver's exact version where apt, dnf or pacman would otherwise move a package on its own (#20): a
+# A hold at the driver's exact version where apt, dnf or pacman would otherwise move a package on its own: a
 # public bug report had Fabric Manager 590 beside driver 580 because only the branch held it.
 LOCKSTEP_PIN_PRIORITY = 1001
 LOCKSTEP_OTHER_PRIORITY = -1
