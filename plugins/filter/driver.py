@@ -2,12 +2,14 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""Driver filters: nvidia_driver_plan, nvidia_driver_candidate_errors, nvidia_driver_packages, nvidia_driver_versionlock,
+"""Driver filters: nvidia_driver_plan, nvidia_driver_transaction, nvidia_driver_candidate_errors, nvidia_driver_packages, nvidia_driver_versionlock,
 nvidia_driver_move, nvidia_driver_package_specs, nvidia_driver_lockstep, nvidia_driver_lockstep_hold, nvidia_driver_dnf_versions.
 
 The key fingerprint filters are in gpg.py.
 
-Their documentation is in the sidecar .yml files. The decisions live in module_utils/_driver.py.
+Their documentation is in the sidecar .yml files. The decisions live in module_utils/_driver.py. The role makes two
+calls per run: nvidia_driver_plan (with its package tables) before any change, and nvidia_driver_transaction once the
+repositories answered; the other filters are the single steps of these two, kept for playbooks that call them.
 """
 
 from __future__ import annotations
@@ -16,11 +18,12 @@ import typing as t
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpuhost.nvidia.plugins.plugin_utils._filter_args import gpu_facts, guarded, mapping
+from ansible_collections.gpuhost.nvidia.plugins.plugin_utils._filter_args import gpu_facts, guarded, mapping, sequence
 from ansible_collections.gpuhost.nvidia.plugins.plugin_utils._lazy import module_utils
 
 # Imported when a filter of this file first runs, not when Ansible loads the file (plugin_utils/_lazy.py).
 _driver = module_utils("_driver")
+_packages = None
 _kernels = module_utils("_kernels")
 
 
@@ -41,15 +44,130 @@ def _plan(plan: t.Any, name: str) -> t.Mapping[str, t.Any]:
     return plan_map
 
 
-def nvidia_driver_plan(request: t.Any, facts: t.Any = None, host: t.Any = None, capabilities: t.Any = None) -> dict[str, t.Any]:
-    """What the nvidia_driver role installs, and every reason it must stop (``errors``)."""
+def nvidia_driver_plan(request: t.Any, facts: t.Any = None, host: t.Any = None, capabilities: t.Any = None, packages: t.Any = None) -> dict[str, t.Any]:
+    """What the nvidia_driver role installs, and every reason it must stop (``errors``); with ``packages`` (the role's
+    package tables and settings), a plan that acts also names its packages (``packages``)."""
     facts_map = gpu_facts(facts, "nvidia_driver_plan facts")
-    return _driver.plan(
+    host_map = mapping(host, "nvidia_driver_plan host")
+    result = _driver.plan(
         mapping(request, "nvidia_driver_plan request"),
         facts_map,
-        mapping(host, "nvidia_driver_plan host"),
+        host_map,
         mapping(capabilities, "nvidia_driver_plan capabilities"),
     )
+    if packages is None or not result["act"] or result["errors"]:
+        return result
+    settings = mapping(packages, "nvidia_driver_plan packages")
+    tables = mapping(settings.get("tables"), "nvidia_driver_plan packages.tables")
+    try:
+        result["packages"] = _driver.plan_packages(result, tables, {**host_map, "kernel_flavour": settings.get("kernel_flavour")}, settings)
+    except ValueError as exc:
+        raise AnsibleFilterError("nvidia_driver_plan: %s" % exc) from None
+    return result
+
+
+TXN = "nvidia_driver_transaction"
+NAMES_FIX = "pass a list of package names"
+
+
+def _names(value: t.Any, what: str) -> list[str]:
+    """A list of package names (None: empty), each a string; anything else fails naming the argument."""
+    items = sequence(value, "%s: %s" % (TXN, what), NAMES_FIX)
+    bad = [item for item in items if not isinstance(item, str)]
+    if bad:
+        raise AnsibleFilterError("%s: %s must be a list of package names, got %r: %s" % (TXN, what, bad[0], NAMES_FIX))
+    return items
+
+
+def _flag(value: t.Any, what: str) -> bool:
+    if value is not None and not isinstance(value, bool):
+        raise AnsibleFilterError("%s: %s must be true or false, got %r" % (TXN, what, value))
+    return bool(value)
+
+
+def _text(value: t.Any, what: str) -> str:
+    if value is not None and not isinstance(value, str):
+        raise AnsibleFilterError("%s: %s must be a string, got %r" % (TXN, what, value))
+    return value or ""
+
+
+def _answers(host: t.Mapping[str, t.Any], pkg_mgr: str) -> dict[str, t.Any]:
+    """The host's answers, each checked: the installed packages in package_facts' form, the repositories' answer."""
+    installed = mapping(host.get("installed"), "%s host.installed" % TXN)
+    for name, entries in installed.items():
+        for entry in sequence(entries, "%s: host.installed[%r]" % (TXN, name), "pass the packages of gpuhost.nvidia.nvidia_driver_host"):
+            if not isinstance(entry, t.Mapping) or not isinstance(entry.get("version", ""), str):
+                raise AnsibleFilterError("%s: host.installed[%r] must be a list of {name, version} entries, got %r: pass the packages of "
+                                         "gpuhost.nvidia.nvidia_driver_host" % (TXN, name, entry))
+    offered = host.get("offered")
+    if isinstance(offered, (list, tuple)) and pkg_mgr == "apt":
+        for row in offered:
+            if not isinstance(row, (list, tuple)) or not all(isinstance(field, str) for field in row):
+                raise AnsibleFilterError("%s: host.offered rows must be [name, version, source] strings, got %r" % (TXN, row))
+    else:
+        offered = _text(offered, "host.offered")
+    return {"installed": installed, "offered": offered, "asked": _names(host.get("asked"), "host.asked"),
+            "repo_pending": _flag(host.get("repo_pending"), "host.repo_pending"),
+            "hold_pending": _flag(host.get("hold_pending"), "host.hold_pending"), "check_mode": _flag(host.get("check_mode"), "host.check_mode")}
+
+
+def _transaction_role(role: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
+    request = mapping(role.get("request"), "%s role.request" % TXN)
+    return dict(role, candidate_package=_text(role.get("candidate_package"), "role.candidate_package"),
+                install=_names(role.get("install"), "role.install"), pin=_flag(role.get("pin"), "role.pin"),
+                request={"cuda_version": _text(request.get("cuda_version"), "role.request.cuda_version"),
+                         "cuda_minor_version_compatibility": _flag(request.get("cuda_minor_version_compatibility"),
+                                                                   "role.request.cuda_minor_version_compatibility")},
+                headers_running=_names(role.get("headers_running"), "role.headers_running"),
+                headers_follow=_names(role.get("headers_follow"), "role.headers_follow"),
+                userland=_names(role.get("userland"), "role.userland"))
+
+
+def _resolved(packages: t.Any) -> dict[str, t.Any]:
+    resolved = dict(mapping(packages, "%s packages" % TXN))
+    for key in ("userspace", "hold", "pin", "settings", "fabric_manager", "nscq", "nvlsm", "install"):
+        resolved[key] = _names(resolved.get(key), "packages.%s" % key)
+    resolved["pinning"] = _text(resolved.get("pinning"), "packages.pinning")
+    return resolved
+
+
+def nvidia_driver_transaction(plan: t.Any, host: t.Any = None, role: t.Any = None) -> dict[str, t.Any]:
+    """The plan met with the host's answers: the move, the candidate errors, the install specs with what the roles after
+    this one asked for, Fabric Manager's lockstep and its hold, in one call."""
+    plan_map = _plan(plan, "nvidia_driver_transaction")
+    host_map = mapping(host, "nvidia_driver_transaction host")
+    role_map = mapping(role, "nvidia_driver_transaction role")
+    pkg_mgr = role_map.get("pkg_mgr")
+    if pkg_mgr not in ("apt", "dnf", "pacman"):
+        raise AnsibleFilterError("nvidia_driver_transaction: role.pkg_mgr must be apt, dnf or pacman, got %r" % (pkg_mgr,))
+    if not (role_map.get("packages") or plan_map.get("packages")):
+        raise AnsibleFilterError("nvidia_driver_transaction: the plan names no packages: pass the plan of gpuhost.nvidia.nvidia_driver_plan "
+                                 "called with its packages argument (or role.packages)")
+    resolved = _resolved(role_map.get("packages") or plan_map.get("packages"))
+    answers = _answers(host_map, pkg_mgr)
+    installed = answers["installed"]
+    role_map = _transaction_role(role_map)
+    try:
+        result = _driver.transaction(plan_map, resolved, answers, role_map)
+    except ValueError as exc:
+        raise AnsibleFilterError("nvidia_driver_transaction: %s" % exc) from None
+    # The requests of the roles after this one ride along only on an install at the branch's candidate: a move or an
+    # exact version leaves them to their roles, which install them at the version the move settles.
+    taken = {"install": [], "predicted": [], "roles": [], "files": [], "absent": []}
+    if result["takes_requests"]:
+        taken = _package_plan()(role_map.get("requests") or [], role_map.get("userland") or [], list(installed))
+    result["taken"] = taken
+    result.update(_driver.transaction_specs(result, taken, pkg_mgr, role_map.get("install")))
+    return result
+
+
+def _package_plan() -> t.Callable[..., dict[str, list[t.Any]]]:
+    """The package_plan filter (plugins/filter/packages.py), which checks what the roles after this one ask for."""
+    global _packages  # pylint: disable=global-statement
+    if _packages is None:
+        from ansible_collections.gpuhost.nvidia.plugins.filter import packages as _packages_filter  # pylint: disable=import-outside-toplevel
+        _packages = _packages_filter
+    return _packages.package_plan
 
 
 def nvidia_driver_candidate_errors(plan: t.Any, candidate: t.Any, request: t.Any = None, source_label: str = "") -> list[str]:
@@ -136,6 +254,7 @@ class FilterModule:
     def filters(self) -> dict[str, t.Callable[..., t.Any]]:
         return guarded({
             "nvidia_driver_plan": nvidia_driver_plan,
+            "nvidia_driver_transaction": nvidia_driver_transaction,
             "nvidia_driver_candidate_errors": nvidia_driver_candidate_errors,
             "nvidia_driver_packages": nvidia_driver_packages,
             "nvidia_driver_versionlock": nvidia_driver_versionlock,

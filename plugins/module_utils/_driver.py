@@ -931,7 +931,7 @@ def _family(name: str) -> str:
     return re.sub(r"-?[0-9]{3}$", "", name).replace("-", "")
 
 
-# A hold at the driver's exact version where apt, dnf or pacman would otherwise move a package on its own (#20): a
+# A hold at the driver's exact version where apt, dnf or pacman would otherwise move a package on its own: a
 # public bug report had Fabric Manager 590 beside driver 580 because only the branch held it.
 LOCKSTEP_PIN_PRIORITY = 1001
 LOCKSTEP_OTHER_PRIORITY = -1
@@ -1030,146 +1030,164 @@ def dnf_versions(output: t.Any, name: str) -> list[str]:
     return versions
 
 
-# The host inventory the role plans from (gpuhost.nvidia.nvidia_driver_host, #21): one read-only module call instead of
-# a stat of mokutil, mokutil --sb-state, a stat per .run installer marker, package_facts, a find of repository files, a
-# stat of the running kernel's build directory and a package manager's question about its headers package.
-# Each installed-package query lists every installed package in one line each; the parsers keep what package_facts
-# would report for a name (its version as the package manager prints it), so the role's expressions read the same.
-INSTALLED_QUERIES: dict[str, list[str]] = {
-    # dpkg-query (dpkg 1.16.2 and later): the abbreviated status says whether a listed package is really installed.
-    "apt": ["dpkg-query", "-W", "-f=${Package}\\t${Architecture}\\t${db:Status-Abbrev}\\t${Version}\\n"],
-    # rpm: %{EPOCH} prints "(none)" for a package without an epoch.
-    "rpm": ["rpm", "-qa", "--qf", "%{NAME}\\t%{EPOCH}\\t%{VERSION}\\t%{RELEASE}\\t%{ARCH}\\n"],
-    # pacman -Q: "name version" (the version with its epoch and pkgrel, as -Qi prints it).
-    "pacman": ["pacman", "-Q"],
-}
-# The role's package manager and the package database it reads first (package_facts' manager names).
-PACKAGE_DATABASES: dict[str, str] = {"apt": "apt", "dnf": "rpm", "pacman": "pacman"}
-# Asked only when the running kernel's build directory is missing: exit status 0 when a repository offers the package.
-HEADERS_QUERIES: dict[str, list[str]] = {
-    "apt": ["apt-cache", "show", "--no-all-versions"],
-    "dnf": ["dnf", "-q", "info"],
-    "pacman": ["pacman", "-Si"],
-}
-# apt: asked first, for a plain package name. apt-cache show looks a name up, and only when no package has it goes on to
-# read it as a regular expression (a dot is one) and match it against every package name: 0.5-1 s on Debian 12 for a
-# running kernel whose headers package no repository has (a container's, a custom kernel's), against 0.03 s for this
-# listing of every name APT knows (virtual and only referenced names too) that starts with the name. A name it does not
-# list is not offered: the regular expression never finds that package, only others whose names contain it.
-APT_KNOWN_NAMES_QUERY: list[str] = ["apt-cache", "--all-names", "pkgnames"]
-# A package name as Debian policy allows it (no architecture qualifier, no glob or pattern).
-_APT_PLAIN_NAME = re.compile(r"[a-z0-9][a-z0-9+.-]+\Z")
-# dpkg's current-state letter (the second of db:Status-Abbrev) of a package that is not installed: n (not-installed)
-# and c (config-files: removed, its configuration files kept). Every other state has an installed version, which
-# python-apt (package_facts) lists too.
-_DPKG_NOT_INSTALLED = ("n", "c")
+def plan_packages(plan_result: Mapping[str, t.Any], tables: Mapping[str, t.Any], host: Mapping[str, t.Any], role: Mapping[str, t.Any]) -> dict[str, t.Any]:
+    """The plan's packages: ``resolve_packages`` of the plan's source, with what the role installs and holds.
 
+    ``tables``: the role's ``__nvidia_driver_packages`` (one table per source). ``host``: ``kernel_flavour`` and
+    ``installed_packages`` (names). ``role``: ``pkg_mgr``, ``desktop``, ``extra`` (the user's extra packages), ``pin``,
+    ``dnf_modules`` (the module stream holds the branch), ``other_module`` (Arch: the module package of the other kernel
+    kind) and ``candidate_from_userspace`` (the sources whose module
+    packages carry the kernel's version, so the driver's version is read from the first userspace package).
 
-# apt: the versions the repositories offer, in the same call (#21): what install_apt.yml's own `apt-cache madison` would
-# answer, asked here when the role adds no repository in the run (the lists cannot change before the install). One line
-# per offered version, "name | version | source", nothing for a name no repository has; exit status 0 either way.
-APT_OFFERED_QUERY: list[str] = ["apt-cache", "madison"]
-# Names apt-cache reads as they are, never as a pattern: apt reads a name with one of .?+*|[^$ as a regular expression
-# when no package has it (matched against every package name), and name:arch as an architecture-qualified name.
-_APT_LITERAL_NAME = re.compile(r"[a-z0-9][a-z0-9-]*\Z")
-
-
-def apt_offered_names(names: t.Any) -> list[str]:
-    """The names of ``names`` that ``APT_OFFERED_QUERY`` is asked about, sorted and once each: the literal ones."""
-    return sorted({str(n) for n in _as_list(names) if _APT_LITERAL_NAME.match(str(n or ""))})
-
-
-def parse_offered(output: t.Any) -> list[list[str]]:
-    """``apt-cache madison`` output as rows of its ``|``-separated fields, stripped (name, version, source), as the role
-    splits its own call's lines."""
-    return [[field.strip() for field in line.split("|")] for line in str(output or "").splitlines() if line.strip()]
-
-
-def database_order(pkg_mgr: str) -> list[str]:
-    """The package databases to read, the role's package manager's first (a host can carry a second database: an
-    emulated EL host on Debian, alien); the others are read only when it lists no package (package_facts' ``auto``)."""
-    first = PACKAGE_DATABASES.get(str(pkg_mgr or ""))
-    return ([first] if first else []) + [db for db in ("apt", "pacman", "rpm") if db != first]
-
-
-def parse_installed(database: str, output: t.Any) -> dict[str, list[dict[str, t.Any]]]:
-    """Installed packages by name from ``INSTALLED_QUERIES[database]``'s output, in package_facts' form.
-
-    apt: a package of another architecture than dpkg's own is named ``name:arch``, as python-apt names it; ``all`` is
-    the native one. rpm: ``epoch`` is an int or None, ``version`` without epoch and release, as package_facts reports
-    it. pacman: ``version`` as pacman prints it.
+    Adds ``install`` (module, userspace, the desktop set when asked for, the extra packages), ``candidate`` (the package
+    whose version is the driver's), ``other_flavour`` and ``other_module_installed`` (the installed module packages
+    the plan replaces), ``lockstep_hold`` (Fabric Manager and NSCQ, held at the driver's exact version in a
+    block of their own) and ``versionlock`` (dnf: the branch lock's ``dnf4`` lines and ``dnf5`` entries, without the
+    lockstep names; empty where the module stream holds the branch alone or nothing is pinned). The versionlock is known
+    here, before the transaction: dnf must see the branch's lock before it is asked what it offers.
     """
-    text = str(output or "")
-    packages: dict[str, list[dict[str, t.Any]]] = {}
-    if database == "apt":
-        rows = [line.split("\t") for line in text.splitlines()]
-        rows = [row for row in rows if len(row) == 4 and row[0] and len(row[2]) >= 2 and row[2][1] not in _DPKG_NOT_INSTALLED]
-        native = next((row[1] for row in rows if row[0] == "dpkg"), None)
-        for name, arch, _status, version in rows:
-            key = name if arch in ("all", native) or native is None else "%s:%s" % (name, arch)
-            packages.setdefault(key, []).append({"name": name, "version": version, "arch": arch, "source": "apt"})
-    elif database == "rpm":
-        for line in text.splitlines():
-            row = line.split("\t")
-            if len(row) != 5 or not row[0]:
-                continue
-            epoch = int(row[1]) if row[1].isdigit() else None
-            packages.setdefault(row[0], []).append(
-                {"name": row[0], "epoch": epoch, "version": row[2], "release": row[3], "arch": row[4], "source": "rpm"})
-    elif database == "pacman":
-        for line in text.splitlines():
-            row = line.split()
-            if len(row) == 2:
-                packages.setdefault(row[0], []).append({"name": row[0], "version": row[1], "source": "pacman"})
+    source = plan_result.get("source")
+    if source not in tables:
+        raise ValueError("the package tables have no source %r (they have %s)" % (source, ", ".join(map(str, tables)) or "none"))
+    resolved = resolve_packages(plan_result, tables[source], {"kernel_flavour": host.get("kernel_flavour") or ""})
+    flavour = str(plan_result.get("flavour") or "")
+    module = resolved["module"].get(flavour, [])
+    resolved["install"] = module + resolved["userspace"] + (resolved["desktop"].get(flavour, []) if role.get("desktop") else []) + _names(role.get("extra"))
+    from_userspace = source in [str(s) for s in _as_list(role.get("candidate_from_userspace"))]
+    candidates = resolved["userspace"] if from_userspace else module
+    resolved["candidate"] = candidates[0] if candidates else ""
+    # The other flavour's module packages (and Arch's module built for the other kernel kind) that are installed: removed.
+    installed_names = [str(n) for n in _as_list(host.get("installed_packages"))]
+    other = "proprietary" if flavour == "open" else "open"
+    resolved["other_flavour"] = other
+    resolved["other_module_installed"] = [n for n in dict.fromkeys(resolved["module"].get(other, []) + _names(role.get("other_module")))
+                                          if n not in module and n in installed_names]
+    pkg_mgr = str(role.get("pkg_mgr") or "")
+    resolved["lockstep_hold"] = plan_lockstep(plan_result, {}, resolved, host.get("installed_packages"), pkg_mgr)["hold"]
+    resolved["versionlock"] = {"dnf4": [], "dnf5": []}
+    wanted = bool(role.get("pin")) and (not role.get("dnf_modules") or bool(plan_result.get("version")))
+    if pkg_mgr == "dnf" and wanted and not resolved["errors"]:
+        names = [n for n in resolved["hold"] if n not in resolved["lockstep_hold"]]
+        resolved["versionlock"] = {"dnf4": versionlock_dnf4(names, plan_result), "dnf5": versionlock_dnf5(names, plan_result)}
+    return resolved
+
+
+# The transaction: the plan met with the host's answers (the versions the repositories offer, the installed packages).
+_PACMAN_VERSION_RE = re.compile(r"^Version\s*:\s*")
+
+
+def offered_rows(offered: t.Any, asked: t.Any = None) -> list[list[str]]:
+    """apt's answer as ``[name, version, source]`` rows: ``apt-cache madison`` output (text, split on ``|`` and
+    stripped), or rows the host read already gave, of which only those of the names ``asked`` count."""
+    if isinstance(offered, str) or offered is None:
+        return [[field.strip() for field in line.split("|")] for line in str(offered or "").splitlines() if line.strip()]
+    wanted = set(str(n) for n in _as_list(asked))
+    return [[str(f) for f in row] for row in _as_list(offered) if isinstance(row, Sequence) and not isinstance(row, str)
+            and len(row) >= 2 and str(row[0]) in wanted]
+
+
+def offered_versions(pkg_mgr: str, offered: t.Any, name: str) -> list[str]:
+    """The versions the repositories offer of ``name``, as the package manager printed them: apt's rows
+    (``offered_rows``), dnf 4's repoquery or dnf 5's list output (``dnf_versions``), ``pacman -Si``'s Version lines."""
+    if pkg_mgr == "apt":
+        return [row[1] for row in offered if row[0] == name]
+    if pkg_mgr == "dnf":
+        return dnf_versions(offered, name)
+    return [_PACMAN_VERSION_RE.sub("", line) for line in str(offered or "").splitlines() if _PACMAN_VERSION_RE.match(line)]
+
+
+def installed_version(installed: Mapping[str, t.Any], name: str) -> str:
+    """The installed version of ``name`` in package_facts' form (its first entry), "" when it is not installed."""
+    entries = _as_list(installed.get(name))
+    first = entries[0] if entries and isinstance(entries[0], Mapping) else {}
+    return str(first.get("version") or "")
+
+
+def _lockstep_in_place(lockstep: Mapping[str, t.Any], move: Mapping[str, t.Any], installed: Mapping[str, t.Any]) -> bool:
+    """Whether Fabric Manager and NSCQ are all installed at the driver's version, nothing of another branch to replace:
+    then their install would change nothing and is skipped."""
+    if lockstep["remove"] or move.get("to") is None:
+        return False
+    if any(name not in installed for name in lockstep["names"]):
+        return False
+    upstream = [re.sub(r"-.*$", "", re.sub(r"^[0-9]+:", "", installed_version(installed, name))) for name in lockstep["hold"]]
+    return all(version == move["to"] for version in upstream)
+
+
+def transaction(plan_result: Mapping[str, t.Any], resolved: Mapping[str, t.Any], host: Mapping[str, t.Any], role: Mapping[str, t.Any]) -> dict[str, t.Any]:
+    """What the run does to the driver's packages, from the plan and the host's answers, in one step.
+
+    ``resolved``: the plan's package names (``resolve_packages``). ``host``: ``installed`` (the installed packages in
+    package_facts' form), ``offered`` (the repositories' answer: apt's rows or ``apt-cache madison`` output, dnf's
+    listing, ``pacman -Si`` output; empty when it was not asked), ``asked`` (apt: the names the answer is for),
+    ``repo_pending`` (check mode before the repository exists), ``hold_pending`` (dnf: a stream or lock that check mode
+    did not write) and ``check_mode``. ``role``: ``pkg_mgr``, ``candidate_package`` (whose installed version decides the
+    move; apt also reads its offered versions), ``install`` (the names the role installs), ``pin`` and ``request`` (its
+    CUDA requirement).
+
+    Returns ``offered_versions``, ``offered_names``, ``candidate_errors`` (empty while the repository is pending),
+    ``move`` (``plan_move``), ``hold_pending``, ``predict_only`` (check mode cannot ask the package manager for the
+    install: report it instead), ``downgrade``, ``install_specs`` (at the move's version when the driver moves or an exact
+    version is asked for, else the names), ``takes_requests`` (the install is at the branch's candidate, so the roles
+    after this one may have theirs installed with it), ``use_pinning_package`` and ``stale_pinning_packages`` (apt),
+    ``lockstep`` (``plan_lockstep``, with ``wanted``, ``in_place`` and ``held``: ``lockstep_hold`` at the move's version).
+    """
+    pkg_mgr = str(role.get("pkg_mgr") or "")
+    installed: Mapping[str, t.Any] = host.get("installed") or {}
+    repo_pending = bool(host.get("repo_pending"))
+    candidate = str(role.get("candidate_package") or "")
+    userspace = _names(resolved.get("userspace"))
+    asked_about = candidate if pkg_mgr == "apt" else (userspace[0] if userspace else "")
+    offered = offered_rows(host.get("offered"), host.get("asked")) if pkg_mgr == "apt" else host.get("offered")
+    versions = offered_versions(pkg_mgr, offered, asked_about)
+    names = list(dict.fromkeys(row[0] for row in offered)) if pkg_mgr == "apt" else []
+    label = "%s (%s source)" % (asked_about, plan_result.get("source"))
+    errors = [] if repo_pending else check_candidate(plan_result, versions, role.get("request") or {}, label)
+    move = plan_move(plan_result, installed_version(installed, candidate), versions)
+    if pkg_mgr == "apt":
+        hold_pending = bool(host.get("check_mode")) and move["moves"]
     else:
-        raise ValueError("package database %r is not one of %s" % (database, ", ".join(INSTALLED_QUERIES)))
-    return packages
+        hold_pending = bool(host.get("hold_pending"))
+    install = _names(role.get("install"))
+    hold = _names(resolved.get("hold"))
+    moving = [n for n in dict.fromkeys(install + [n for n in installed if n in _names(resolved.get("pin")) + _names(resolved.get("settings"))])
+              if n in hold]
+    versioned = move["to"] is not None and (move["moves"] or bool(plan_result.get("version")))
+    specs = package_specs(moving, move["to"], pkg_mgr) + [n for n in install if n not in moving] if versioned else install
+    pin = bool(role.get("pin"))
+    pinning = str(resolved.get("pinning") or "")
+    if not (pin and pinning):
+        use_pinning = False
+    elif repo_pending:
+        use_pinning = plan_result.get("branch") is not None and int(plan_result["branch"]) >= 590
+    else:
+        use_pinning = pinning in names
+    lockstep = plan_lockstep(plan_result, move, resolved, list(installed), pkg_mgr)
+    lockstep["wanted"] = pin and bool(lockstep["hold"])
+    lockstep["in_place"] = _lockstep_in_place(lockstep, move, installed)
+    lockstep["held"] = lockstep_hold(lockstep["hold"], move["to"])
+    return {
+        "offered_versions": versions,
+        "offered_names": names,
+        "candidate_errors": errors,
+        "move": move,
+        "hold_pending": hold_pending,
+        "predict_only": (repo_pending or hold_pending) and move["action"] != "keep",
+        "downgrade": move["action"] == "downgrade",
+        "install_specs": specs,
+        "takes_requests": not plan_result.get("version") and not move["moves"],
+        "use_pinning_package": use_pinning,
+        "stale_pinning_packages": [n for n in installed if n.startswith("nvidia-driver-pinning-") and n != (pinning if use_pinning else "")],
+        "apt_headers": (_names(role.get("headers_running")) + [n for n in _names(role.get("headers_follow")) if n in names]) if pkg_mgr == "apt" else [],
+        "lockstep": lockstep,
+    }
 
 
-def select_installed(packages: Mapping[str, t.Any], names: t.Any, prefixes: t.Any) -> dict[str, t.Any]:
-    """The installed packages the role reads: those named, and those whose name starts with one of ``prefixes``."""
-    wanted = set(str(n) for n in _as_list(names))
-    starts = tuple(str(p) for p in _as_list(prefixes) if str(p))
-    return {name: packages[name] for name in sorted(packages) if name in wanted or (starts and name.startswith(starts))}
-
-
-def apt_name_check(pkg_mgr: t.Any, name: t.Any) -> bool:
-    """Whether to ask ``APT_KNOWN_NAMES_QUERY`` before ``HEADERS_QUERIES['apt']``: apt, and a plain package name."""
-    return pkg_mgr == "apt" and bool(_APT_PLAIN_NAME.match(str(name or "")))
-
-
-def apt_name_unknown(output: t.Any, name: t.Any) -> bool:
-    """Whether ``apt-cache --all-names pkgnames <name>`` printed no line that is exactly ``name``."""
-    return str(name) not in str(output or "").splitlines()
-
-
-# What ``mokutil --sb-state`` prints on its first line for the two states it can read.
-SB_STATE_LINES = {"SecureBoot enabled": True, "SecureBoot disabled": False}
-
-
-def secure_boot_enabled(mokutil_found: bool, output: t.Any) -> bool | None:
-    """Secure Boot from ``mokutil --sb-state``: True or False only when a line of its output is exactly "SecureBoot
-    enabled" or "SecureBoot disabled" (and not both); None (unknown) without mokutil, when it could not run or printed
-    neither (on a machine without EFI variables it exits non-zero and says so, and a container cannot read them)."""
-    if not mokutil_found:
-        return None
-    found = {SB_STATE_LINES[line.strip()] for line in str(output or "").splitlines() if line.strip() in SB_STATE_LINES}
-    return found.pop() if len(found) == 1 else None
-
-
-def secure_boot_unknown(mokutil: str, mokutil_found: bool, rc: int | None, output: t.Any, error: t.Any) -> str | None:
-    """Why ``secure_boot_enabled`` could not tell (None when it could), for the plan's error."""
-    if not mokutil_found:
-        return "%s does not exist" % mokutil
-    if secure_boot_enabled(True, output) is not None:
-        return None
-    said = " ".join(" ".join(str(part or "") for part in (output, error)).split())[:200]
-    if rc is None:
-        return "%s --sb-state could not run: %s" % (mokutil, said or "no reason given")
-    return "%s --sb-state exited %d and printed %s" % (mokutil, rc, repr(said) if said else "nothing")
-
-
-def mentions_any(text: t.Any, needles: t.Any) -> bool:
-    """Whether a line of ``text`` contains one of ``needles`` (a repository definition naming NVIDIA's hosts)."""
-    words = [str(n) for n in _as_list(needles) if str(n)]
-    return any(word in line for line in str(text or "").splitlines() for word in words)
+def transaction_specs(result: Mapping[str, t.Any], taken: Mapping[str, t.Any], pkg_mgr: str, install: t.Any) -> dict[str, list[str]]:
+    """The package manager's install list: the driver's specs (pacman: the names, it has no version selection), each
+    name that a request the transaction takes (``taken``, from the package_plan filter) names itself replaced by the
+    request's entry, then the requests' entries; ``predicted`` adds the entries check mode can only report."""
+    own = _names(install) if pkg_mgr == "pacman" else list(result["install_specs"])
+    replaced = {re.sub(r"=.*$", "", str(entry)) for entry in _as_list(taken.get("install"))}
+    specs = [s for s in own if s not in replaced] + [str(e) for e in _as_list(taken.get("install"))]
+    return {"specs": specs, "predicted": specs + [str(e) for e in _as_list(taken.get("predicted"))]}

@@ -234,7 +234,7 @@ import typing as t
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_text
 
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _driver, _files, _gpu_operator
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _driver_probe, _files, _gpu_operator
 
 C_ENV = {"LC_ALL": "C", "LANGUAGE": "C"}
 
@@ -250,11 +250,11 @@ def run(module: AnsibleModule, argv: list[str]) -> tuple[int, str] | None:
 
 def installed(module: AnsibleModule, pkg_mgr: str) -> tuple[str | None, dict[str, t.Any]]:
     """The first package database, in the role's order, that lists any package."""
-    for database in _driver.database_order(pkg_mgr):
-        answer = run(module, _driver.INSTALLED_QUERIES[database])
+    for database in _driver_probe.database_order(pkg_mgr):
+        answer = run(module, _driver_probe.INSTALLED_QUERIES[database])
         if answer is None or answer[0] != 0:
             continue
-        packages = _driver.parse_installed(database, answer[1])
+        packages = _driver_probe.parse_installed(database, answer[1])
         if packages:
             return database, packages
     return None, {}
@@ -263,24 +263,24 @@ def installed(module: AnsibleModule, pkg_mgr: str) -> tuple[str | None, dict[str
 def offered(module: AnsibleModule, pkg_mgr: str, package: str) -> bool:
     """Whether a repository offers ``package``: the package manager's exit status. apt lists the names it knows first
     (a fraction of apt-cache show's time) and is asked no more when the name is not among them."""
-    if _driver.apt_name_check(pkg_mgr, package):
-        names = run(module, _driver.APT_KNOWN_NAMES_QUERY + [package])
-        if names is not None and names[0] == 0 and _driver.apt_name_unknown(names[1], package):
+    if _driver_probe.apt_name_check(pkg_mgr, package):
+        names = run(module, _driver_probe.APT_KNOWN_NAMES_QUERY + [package])
+        if names is not None and names[0] == 0 and _driver_probe.apt_name_unknown(names[1], package):
             return False
-    answer = run(module, _driver.HEADERS_QUERIES[pkg_mgr] + [package])
+    answer = run(module, _driver_probe.HEADERS_QUERIES[pkg_mgr] + [package])
     return answer is not None and answer[0] == 0
 
 
 def offered_rows(module: AnsibleModule, pkg_mgr: str, names: list[str]) -> tuple[list[list[str]] | None, list[str]]:
     """apt: the repositories' answer about the plain names of ``names`` (``apt-cache madison``), and the names asked;
     None and nothing asked for another package manager, no plain name, or a failed question."""
-    asked = _driver.apt_offered_names(names) if pkg_mgr == "apt" else []
+    asked = _driver_probe.apt_offered_names(names) if pkg_mgr == "apt" else []
     if not asked:
         return None, []
-    answer = run(module, _driver.APT_OFFERED_QUERY + asked)
+    answer = run(module, _driver_probe.APT_OFFERED_QUERY + asked)
     if answer is None or answer[0] != 0:
         return None, []
-    return _driver.parse_offered(answer[1]), asked
+    return _driver_probe.parse_offered(answer[1]), asked
 
 
 def repo_files(directories: list[str], mentions: list[str], exclude: list[str]) -> list[str]:
@@ -305,7 +305,7 @@ def repo_files(directories: list[str], mentions: list[str], exclude: list[str]) 
             if data is None:
                 continue
             text = to_text(data, errors="surrogate_or_replace")
-            if _driver.mentions_any(text, mentions):
+            if _driver_probe.mentions_any(text, mentions):
                 found.append(path)
     return sorted(found)
 
@@ -354,17 +354,17 @@ def main() -> None:
     headers_offered = None
     if params["headers_dir"]:
         headers_present = os.path.lexists(params["headers_dir"])
-        if not headers_present and params["headers_package"] and pkg_mgr in _driver.HEADERS_QUERIES:
+        if not headers_present and params["headers_package"] and pkg_mgr in _driver_probe.HEADERS_QUERIES:
             headers_offered = offered(module, pkg_mgr, params["headers_package"])
     offered_answer, offered_asked = offered_rows(module, pkg_mgr, params["offered_packages"])
     operator_evidence = _gpu_operator.host_evidence("/") if params["gpu_operator"] else {c: [] for c in _gpu_operator.COMPONENTS}
 
     module.exit_json(
         changed=False,
-        packages=_driver.select_installed(packages, params["packages"], params["package_prefixes"]),
+        packages=_driver_probe.select_installed(packages, params["packages"], params["package_prefixes"]),
         package_database=database,
-        secure_boot=_driver.secure_boot_enabled(mokutil_found, sb_state),
-        secure_boot_unknown=_driver.secure_boot_unknown(params["mokutil"] or "mokutil", mokutil_found, sb_rc, sb_state, sb_error),
+        secure_boot=_driver_probe.secure_boot_enabled(mokutil_found, sb_state),
+        secure_boot_unknown=_driver_probe.secure_boot_unknown(params["mokutil"] or "mokutil", mokutil_found, sb_rc, sb_state, sb_error),
         sb_state=sb_state,
         runfile_install=[path for path in params["runfile_markers"] if os.path.lexists(path)],
         foreign_repo_files=repo_files(params["repo_dirs"], params["repo_mentions"], params["repo_exclude"]),

@@ -23,7 +23,7 @@ from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _driver
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _driver_probe
 from ansible_collections.gpuhost.nvidia.plugins.modules import nvidia_driver_host
 
 from test_driver_vars import ROLE
@@ -45,7 +45,7 @@ PACMAN = "gpuhost-emulated-base 1-1\ngpuhost-emulated-libc 1-1\nnvidia-utils 580
 
 
 def test_dpkg_lists_installed_packages_as_package_facts_does():
-    packages = _driver.parse_installed("apt", DPKG)
+    packages = _driver_probe.parse_installed("apt", DPKG)
     assert packages["nvidia-open-kernel-dkms"] == [
         {"name": "nvidia-open-kernel-dkms", "version": "535.261.03-1~deb12u1", "arch": "amd64", "source": "apt"}]
     # Removed with its configuration kept: not installed. Another architecture: name:arch, as python-apt names it.
@@ -55,29 +55,29 @@ def test_dpkg_lists_installed_packages_as_package_facts_does():
 
 
 def test_rpm_versions_leave_epoch_and_release_apart():
-    packages = _driver.parse_installed("rpm", RPM)
+    packages = _driver_probe.parse_installed("rpm", RPM)
     assert packages["nvidia-persistenced"] == [
         {"name": "nvidia-persistenced", "epoch": 3, "version": "580.65.06", "release": "1.el9", "arch": "x86_64", "source": "rpm"}]
     assert packages["nvidia-fabricmanager"][0]["epoch"] is None
 
 
 def test_pacman_versions_as_pacman_prints_them():
-    assert _driver.parse_installed("pacman", PACMAN)["nvidia-utils"] == [{"name": "nvidia-utils", "version": "580.76.05-1", "source": "pacman"}]
+    assert _driver_probe.parse_installed("pacman", PACMAN)["nvidia-utils"] == [{"name": "nvidia-utils", "version": "580.76.05-1", "source": "pacman"}]
     with pytest.raises(ValueError):
-        _driver.parse_installed("portage", "")
+        _driver_probe.parse_installed("portage", "")
 
 
 def test_the_role_gets_only_the_packages_it_reads():
-    packages = _driver.parse_installed("apt", DPKG)
-    assert list(_driver.select_installed(packages, ["ca-certificates", "absent"], ["nvidia", "libnvidia"])) == [
+    packages = _driver_probe.parse_installed("apt", DPKG)
+    assert list(_driver_probe.select_installed(packages, ["ca-certificates", "absent"], ["nvidia", "libnvidia"])) == [
         "ca-certificates", "libnvidia-glcore:i386", "nvidia-open-kernel-dkms"]
-    assert _driver.select_installed(packages, [], []) == {}
+    assert _driver_probe.select_installed(packages, [], []) == {}
 
 
 def test_the_package_databases_are_read_in_the_roles_order():
-    assert _driver.database_order("dnf") == ["rpm", "apt", "pacman"]
-    assert _driver.database_order("apt") == ["apt", "pacman", "rpm"]
-    assert _driver.database_order("none") == ["apt", "pacman", "rpm"]
+    assert _driver_probe.database_order("dnf") == ["rpm", "apt", "pacman"]
+    assert _driver_probe.database_order("apt") == ["apt", "pacman", "rpm"]
+    assert _driver_probe.database_order("none") == ["apt", "pacman", "rpm"]
 
 
 @pytest.mark.parametrize("found, output, expected", [
@@ -104,7 +104,7 @@ def test_the_package_databases_are_read_in_the_roles_order():
     (True, ["SecureBoot enabled"], None),
 ])
 def test_secure_boot_from_mokutil(found, output, expected):
-    assert _driver.secure_boot_enabled(found, output) is expected
+    assert _driver_probe.secure_boot_enabled(found, output) is expected
 
 
 @pytest.mark.parametrize("found, rc, output, error, reason", [
@@ -117,14 +117,14 @@ def test_secure_boot_from_mokutil(found, output, expected):
     (True, None, "", "[Errno 13] Permission denied", "/usr/bin/mokutil --sb-state could not run: [Errno 13] Permission denied"),
 ])
 def test_why_the_secure_boot_state_is_unknown(found, rc, output, error, reason):
-    assert _driver.secure_boot_unknown("/usr/bin/mokutil", found, rc, output, error) == reason
+    assert _driver_probe.secure_boot_unknown("/usr/bin/mokutil", found, rc, output, error) == reason
 
 
 @pytest.mark.skipif(shutil.which("dpkg-query") is None, reason="tool missing: dpkg-query")
 def test_the_dpkg_query_format_reads_this_machine():
-    out = subprocess.run(_driver.INSTALLED_QUERIES["apt"], capture_output=True, text=True, check=True,
+    out = subprocess.run(_driver_probe.INSTALLED_QUERIES["apt"], capture_output=True, text=True, check=True,
                          env=dict(os.environ, LC_ALL="C")).stdout
-    packages = _driver.parse_installed("apt", out)
+    packages = _driver_probe.parse_installed("apt", out)
     assert packages["dpkg"][0]["arch"] != "all" and packages["dpkg"][0]["version"]
 
 
@@ -250,13 +250,13 @@ def test_apt_show_answers_when_the_names_cannot(monkeypatch, tmp_path, package, 
 
 
 def test_only_apt_lists_names_first():
-    assert _driver.apt_name_check("apt", "linux-headers-6.1.0-28-amd64")
-    assert not _driver.apt_name_check("dnf", "kernel-devel-5.14.0-570.el9.x86_64")
-    assert not _driver.apt_name_check("pacman", "linux-headers")
-    assert not _driver.apt_name_check("apt", "") and not _driver.apt_name_check("apt", None)
-    assert _driver.apt_name_unknown("linux-headers-6.1.0-28-amd64-dbg\n", "linux-headers-6.1.0-28-amd64")
-    assert not _driver.apt_name_unknown("linux-headers-6.1.0-28-amd64-dbg\nlinux-headers-6.1.0-28-amd64\n", "linux-headers-6.1.0-28-amd64")
-    assert _driver.apt_name_unknown(None, "x")
+    assert _driver_probe.apt_name_check("apt", "linux-headers-6.1.0-28-amd64")
+    assert not _driver_probe.apt_name_check("dnf", "kernel-devel-5.14.0-570.el9.x86_64")
+    assert not _driver_probe.apt_name_check("pacman", "linux-headers")
+    assert not _driver_probe.apt_name_check("apt", "") and not _driver_probe.apt_name_check("apt", None)
+    assert _driver_probe.apt_name_unknown("linux-headers-6.1.0-28-amd64-dbg\n", "linux-headers-6.1.0-28-amd64")
+    assert not _driver_probe.apt_name_unknown("linux-headers-6.1.0-28-amd64-dbg\nlinux-headers-6.1.0-28-amd64\n", "linux-headers-6.1.0-28-amd64")
+    assert _driver_probe.apt_name_unknown(None, "x")
 
 
 @pytest.mark.skipif(shutil.which("apt-cache") is None, reason="tool missing: apt-cache")
@@ -267,10 +267,10 @@ def test_only_apt_lists_names_first():
 ])
 def test_apt_cache_pkgnames_agrees_with_apt_cache_show_on_this_machine(name, known):
     env = dict(os.environ, LC_ALL="C", LANGUAGE="C")
-    names = subprocess.run(_driver.APT_KNOWN_NAMES_QUERY + [name], capture_output=True, text=True, check=True, env=env).stdout
-    assert _driver.apt_name_unknown(names, name) is not known
+    names = subprocess.run(_driver_probe.APT_KNOWN_NAMES_QUERY + [name], capture_output=True, text=True, check=True, env=env).stdout
+    assert _driver_probe.apt_name_unknown(names, name) is not known
     if known:
-        show = subprocess.run(_driver.HEADERS_QUERIES["apt"] + [name], capture_output=True, text=True, check=False, env=env)
+        show = subprocess.run(_driver_probe.HEADERS_QUERIES["apt"] + [name], capture_output=True, text=True, check=False, env=env)
         assert show.returncode == 0
 
 
@@ -314,7 +314,7 @@ def test_the_preflight_reads_the_host_in_one_task_that_changes_nothing():
 def test_the_role_asks_for_every_package_it_reads(name, wanted):
     host = RoleVars(name)
     packages = {n: [{"version": "1"}] for n in wanted + ["bash", "linux-image-6.1.0-28-amd64"]}
-    selected = _driver.select_installed(packages, host["__nvidia_driver_probe_packages"], host["__nvidia_driver_probe_prefixes"])
+    selected = _driver_probe.select_installed(packages, host["__nvidia_driver_probe_packages"], host["__nvidia_driver_probe_prefixes"])
     assert sorted(selected) == sorted(wanted)
 
 
@@ -396,10 +396,10 @@ def test_apt_writes_the_pin_and_modprobe_files_installs_and_regenerates_in_one_c
     call = transaction["gpuhost.nvidia.gpuhost_apply"]
     # The pin, the modprobe.d files, and the holds of the roles whose requests the transaction takes (gpuhost_package_plan).
     assert "internal_repository_pin_deferred.files" in call["files"]
-    assert "+ __nvidia_driver_modprobe_files + __nvidia_driver_plan_taken.files" in call["files"]
-    assert call["absent"] == "{{ internal_repository_pin_deferred.absent + __nvidia_driver_plan_taken.absent }}"
-    assert "__nvidia_driver_apt_headers + __nvidia_driver_transaction_specs" in call["packages"]["install"]
-    assert call["packages"]["allow_downgrade"] == "{{ __nvidia_driver_downgrade | bool }}"
+    assert "+ __nvidia_driver_modprobe_files + __nvidia_driver_txn.taken.files" in call["files"]
+    assert call["absent"] == "{{ internal_repository_pin_deferred.absent + __nvidia_driver_txn.taken.absent }}"
+    assert "__nvidia_driver_txn.apt_headers + __nvidia_driver_txn.specs" in call["packages"]["install"]
+    assert call["packages"]["allow_downgrade"] == "{{ __nvidia_driver_txn.downgrade }}"
     assert "__nvidia_driver_regenerate" in call["regenerate"]
     # NVIDIA's pinning package goes in before the transaction resolves; no block, no rescue: the call does both.
     assert names.index(render["name"]) < names.index("Install NVIDIA's pinning package before the driver") < names.index(transaction["name"])
@@ -437,7 +437,7 @@ def test_no_task_registers_over_a_role_variable():
     for name in os.listdir(os.path.join(ROLE, "vars")):
         with open(os.path.join(ROLE, "vars", name), encoding="utf-8") as handle:
             defined.update(yaml.safe_load(handle) or {})
-    assert "__nvidia_driver_host_probe" in names and "__nvidia_driver_host_packages" in defined
+    assert "__nvidia_driver_host_probe" in names and "__nvidia_driver_probe_packages" in defined
     assert not names & defined, sorted(names & defined)
 
 
@@ -445,7 +445,7 @@ def test_no_task_registers_over_a_role_variable():
 def test_ca_certificates_counts_as_ensured_only_from_the_hosts_own_database(name, database):
     # An emulated EL host on Debian reads dpkg's database until its first rpm: its ca-certificates is not dnf's.
     assert RoleVars(name)["__nvidia_driver_own_database"] == database
-    assert database == _driver.database_order(RoleVars(name)["__nvidia_driver_pkg_mgr"])[0]
+    assert database == _driver_probe.database_order(RoleVars(name)["__nvidia_driver_pkg_mgr"])[0]
 
 
 # apt-cache madison as bookworm's apt prints it (the names right-aligned), with a deb-src row of the source package.
@@ -459,9 +459,9 @@ MADISON = (
 def test_only_literal_names_are_asked_about_the_offered_versions():
     # apt reads a name with . + ? * | [ ^ $ as a regular expression when no package has it, name:arch as qualified.
     names = ["nvidia-smi", "libcuda1", "linux-headers-6.1.0-28-amd64", "libstdc++6", "nvidia-smi:i386", "nvidia-{branch}", "", "nvidia-smi"]
-    assert _driver.apt_offered_names(names) == ["libcuda1", "nvidia-smi"]
-    assert _driver.parse_offered(MADISON)[1] == ["libcuda1", "535.261.03-1~deb12u1", "http://deb.debian.org/debian bookworm/non-free amd64 Packages"]
-    assert _driver.parse_offered("") == [] and len(_driver.parse_offered(MADISON + "\n")) == 3
+    assert _driver_probe.apt_offered_names(names) == ["libcuda1", "nvidia-smi"]
+    assert _driver_probe.parse_offered(MADISON)[1] == ["libcuda1", "535.261.03-1~deb12u1", "http://deb.debian.org/debian bookworm/non-free amd64 Packages"]
+    assert _driver_probe.parse_offered("") == [] and len(_driver_probe.parse_offered(MADISON + "\n")) == 3
 
 
 @pytest.mark.parametrize("pkg_mgr, rc, asked, offered", [

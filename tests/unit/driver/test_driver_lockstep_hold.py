@@ -147,9 +147,20 @@ def test_dnf5_lockstep_block_is_valid_toml_beside_the_driver_block():
 def test_the_branch_lock_leaves_the_lockstep_names_to_their_own_block():
     with open(os.path.join(ROLES, "nvidia_driver", "tasks", "install_dnf.yml"), encoding="utf-8") as handle:
         task = next(t for t in yaml.safe_load(handle) if t["name"] == "Hold the driver packages at the branch or version with dnf versionlock")
-    assert "difference(__nvidia_driver_lockstep.hold)" in task["vars"]["__nvidia_driver_versionlock_names"]
+    # The plan's versionlock (dnf4 lines, dnf5 entries) holds the branch without the lockstep names.
+    assert "__nvidia_driver_pkgs.versionlock.dnf4" in task["ansible.builtin.blockinfile"]["block"]
     with open(os.path.join(ROLES, "nvidia_driver", "templates", "versionlock-dnf5.toml.j2"), encoding="utf-8") as handle:
-        assert "__nvidia_driver_versionlock_names" in handle.read()
+        assert "__nvidia_driver_pkgs.versionlock.dnf5" in handle.read()
+    plan = {"act": True, "source": "nvidia", "flavour": "open", "branch": 580, "version": None, "fabric_manager": True}
+    table = {"module": {"open": ["kmod-nvidia-open-dkms"]}, "userspace": ["nvidia-driver"], "fabric_manager": ["nvidia-fabricmanager"],
+             "nscq": ["libnvidia-nscq"]}
+    role = {"pkg_mgr": "dnf", "pin": True}
+    packages = _driver.plan_packages(plan, {"nvidia": table}, {"installed_packages": ["libnvidia-nscq"]}, role)
+    assert packages["lockstep_hold"] == ["libnvidia-nscq", "nvidia-fabricmanager"]
+    assert packages["versionlock"]["dnf4"] == ["kmod-nvidia-open-dkms-580.*", "nvidia-driver-580.*"]
+    assert [entry["name"] for entry in packages["versionlock"]["dnf5"]] == ["kmod-nvidia-open-dkms", "nvidia-driver"]
+    # The module stream holds the branch alone (EL 8/9): no lock, unless an exact version is asked for.
+    assert _driver.plan_packages(plan, {"nvidia": table}, {}, dict(role, dnf_modules=True))["versionlock"] == {"dnf4": [], "dnf5": []}
 
 
 def test_nothing_is_held_without_a_version_or_names():

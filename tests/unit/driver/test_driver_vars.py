@@ -220,8 +220,9 @@ def _render(name, host, plan, pkgs):
 
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
     env.filters.update({"gpuhost.nvidia." + k: v for k, v in driver_filters.FilterModule().filters().items()})
+    # The plan's versionlock, as nvidia_driver_plan names it with its packages (no lockstep names here).
+    pkgs = dict(pkgs, versionlock={"dnf4": _driver.versionlock_dnf4(pkgs["hold"], plan), "dnf5": _driver.versionlock_dnf5(pkgs["hold"], plan)})
     variables = {"__nvidia_driver_plan": plan, "__nvidia_driver_pkgs": pkgs, "ansible_managed": "managed",
-                 "__nvidia_driver_versionlock_names": pkgs["hold"],
                  "__nvidia_driver_pin_glob": (plan["version"] + "-*") if plan.get("version") else "%s.*" % plan["branch"]}
     with open(os.path.join(ROLE, "templates", name), encoding="utf-8") as handle:
         return env.from_string(handle.read()).render(**variables)
@@ -229,14 +230,14 @@ def _render(name, host, plan, pkgs):
 
 def _render_pin(plan, pkgs):
     """The driver's apt hold as the role writes it: the pin that tasks/install_apt.yml passes, rendered through the
-    internal repository role's apt.pref.j2 (#19: one preferences template for every role)."""
+    internal repository role's apt.pref.j2 (one preferences template for every role)."""
     import jinja2
     from jinja2.nativetypes import NativeEnvironment
 
     with open(os.path.join(ROLE, "tasks", "install_apt.yml"), encoding="utf-8") as handle:
         task = next(t for t in yaml.safe_load(handle) if t.get("ansible.builtin.include_role", {}).get("tasks_from") == "apt_pin_deferred.yml")
     variables = {"__nvidia_driver_plan": plan, "__nvidia_driver_pkgs": pkgs, "nvidia_driver_pin": True,
-                 "__nvidia_driver_use_pinning_package": False,
+                 "__nvidia_driver_txn": {"use_pinning_package": False},
                  "__nvidia_driver_pin_glob": (plan["version"] + "-*") if plan.get("version") else "%s.*" % plan["branch"]}
     pin = NativeEnvironment(undefined=jinja2.StrictUndefined).from_string(task["vars"]["internal_repository_pin"].strip()).render(**variables)
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=True)

@@ -23,7 +23,7 @@ import yaml
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
 
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _driver
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _driver, _driver_probe
 
 ROLES = pathlib.Path(__file__).resolve().parents[3] / "roles"
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "driver"))
@@ -103,8 +103,8 @@ def _absent_packages(installed: list[str]) -> list[str]:
     templar = Templar(loader=DataLoader(), variables=variables)
     # tasks/absent.yml's nvidia_driver_host read: the installed packages named by the tokens or starting with a prefix.
     tokens = templar.template(variables["__nvidia_driver_absent_tokens"])
-    selected = _driver.select_installed({name: [{"version": "1"}] for name in installed}, [t for t in tokens if "{" not in t],
-                                        templar.template(variables["__nvidia_driver_absent_prefixes"]))
+    selected = _driver_probe.select_installed({name: [{"version": "1"}] for name in installed}, [t for t in tokens if "{" not in t],
+                                              templar.template(variables["__nvidia_driver_absent_prefixes"]))
     variables["__nvidia_driver_absent_installed"] = {"packages": selected}
     return Templar(loader=DataLoader(), variables=variables).template(variables["__nvidia_driver_absent_packages"])
 
@@ -153,6 +153,12 @@ def _plan(host: Host, request: dict[str, t.Any], secure_boot: bool | None) -> di
     return _driver.plan(req, facts, facts_host, host["__nvidia_driver_capabilities"])
 
 
+def _candidate(host: Host, plan: dict[str, t.Any]) -> str:
+    """The package whose versions are the driver's, as the plan names it with its packages (tasks/preflight.yml)."""
+    role = {"pkg_mgr": "apt", "candidate_from_userspace": host["__nvidia_driver_candidate_from_userspace"]}
+    return _driver.plan_packages(plan, host["__nvidia_driver_packages"], {"kernel_flavour": host["__nvidia_driver_ubuntu_kernel_flavour"]}, role)["candidate"]
+
+
 def test_secure_boot_on_the_distro_source_takes_the_signed_azure_modules_and_holds_only_the_userland() -> None:
     host = _ubuntu_host("ubuntu2404", "6.8.0-1031-azure")
     plan = _plan(host, {"source": "distro", "flavour": "open"}, secure_boot=True)
@@ -165,8 +171,7 @@ def test_secure_boot_on_the_distro_source_takes_the_signed_azure_modules_and_hol
     assert not [name for name in pkgs["hold"] if name.startswith("linux-modules-")]
     assert {"nvidia-utils-580-server", "nvidia-compute-utils-580-server", "libnvidia-compute-580-server"} <= set(pkgs["hold"])
     # The candidate check reads the userland's versions, not the module package's kernel versions.
-    host.variables.update({"__nvidia_driver_plan": plan, "__nvidia_driver_pkgs": pkgs})
-    assert host["__nvidia_driver_candidate_package"] == "nvidia-utils-580-server"
+    assert _candidate(host, plan) == "nvidia-utils-580-server"
     assert _driver.check_candidate(plan, ["6.8.0-1031.36"], {}) != []
     assert _driver.check_candidate(plan, ["580.95.05-0ubuntu0.24.04.2"], {}) == []
 
@@ -186,5 +191,4 @@ def test_ubuntu2204_nvidia_source_is_dkms_from_the_ubuntu2204_repository_with_fa
     pkgs = host.packages(plan)
     assert (pkgs["module"]["open"], pkgs["fabric_manager"]) == (["nvidia-dkms-580-open"], ["nvidia-fabricmanager-580"])
     assert {"nvidia-dkms-580-open", "libnvidia-compute-580", "nvidia-utils-580"} <= set(pkgs["hold"])
-    host.variables.update({"__nvidia_driver_plan": plan, "__nvidia_driver_pkgs": pkgs})
-    assert host["__nvidia_driver_candidate_package"] == "nvidia-dkms-580-open"
+    assert _candidate(host, plan) == "nvidia-dkms-580-open"
