@@ -25,6 +25,7 @@ from ansible_collections.gpuhost.nvidia.plugins.plugin_utils._lazy import module
 _driver = module_utils("_driver")
 _packages = None
 _kernels = module_utils("_kernels")
+_nvreg = module_utils("_nvreg")
 
 
 PLAN_FIX = "pass the result of gpuhost.nvidia.nvidia_driver_plan"
@@ -250,6 +251,15 @@ def nvidia_driver_dkms_lines(registrations: t.Any) -> list[str]:
     return _kernels.dkms_lines(registrations)
 
 
+def nvidia_driver_module_params_file(params: t.Any) -> str:
+    """The modprobe.d file for nvidia_driver_module_params (an ``options nvidia`` line); "" for none. Refuses what
+    the role's first check refuses, so nothing unchecked reaches the file."""
+    errors = _nvreg.errors(params)
+    if errors:
+        raise AnsibleFilterError("nvidia_driver_module_params_file: %s" % "; ".join(errors))
+    return _nvreg.content(params)
+
+
 class FilterModule:
     def filters(self) -> dict[str, t.Callable[..., t.Any]]:
         return guarded({
@@ -264,4 +274,5 @@ class FilterModule:
             "nvidia_driver_lockstep_hold": nvidia_driver_lockstep_hold,
             "nvidia_driver_dnf_versions": nvidia_driver_dnf_versions,
             "nvidia_driver_dkms_lines": nvidia_driver_dkms_lines,
+            "nvidia_driver_module_params_file": nvidia_driver_module_params_file,
         })

@@ -23,7 +23,7 @@ import ipaddress
 import re
 import typing as t
 
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _compose, _dcgm_fields, _gpg, _validate, _verify
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _compose, _dcgm_fields, _gpg, _nvreg, _validate, _verify
 from ansible_collections.gpuhost.nvidia.plugins.module_utils._validate import InputError
 
 # RFC 1123 section 2.1: a label of letters, digits and hyphens, 1-63 characters, neither starting nor ending with a
@@ -337,6 +337,24 @@ ACCOUNT = _validate.Text(max_length=32, pattern=re.compile(r"[A-Za-z0-9_.][A-Za-
 MODE_RE = re.compile(r"0?[0-7]{3,4}|[ugoa]*[-+=](?:[rwxXst]*|[ugo])(?:,[ugoa]*[-+=](?:[rwxXst]*|[ugo]))*")
 
 
+class NvregParams(_validate.Rule):
+    """The nvidia module's NVreg_* parameters (module_utils/_nvreg.py): known keys, each value in its documented form,
+    every problem reported."""
+
+    def check(self, option: str, value: t.Any) -> None:
+        errors = self.errors(option, value)
+        if errors:
+            raise errors[0]
+
+    def errors(self, option: str, value: t.Any) -> list[InputError]:
+        found = []
+        for text in _nvreg.errors(value, option):
+            error = InputError(option, value, text)
+            error.args = (text,)  # _nvreg's sentence already names the option, the key and the value
+            found.append(error)
+        return found
+
+
 class Mode(_validate.Rule):
     def check(self, option: str, value: t.Any) -> None:
         if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 0o7777:
@@ -410,6 +428,7 @@ ROLE_RULES: dict[str, dict[str, _validate.Rule]] = {
         "nvidia_driver_epel_repo_key_fingerprint": Optional(FINGERPRINT),
         "nvidia_driver_reboot_timeout": IntegerLike(1, 86400),
         "nvidia_driver_reboot_settle_seconds": IntegerLike(0, 3600),
+        "nvidia_driver_module_params": NvregParams(),
     },
     "gpu_settings": {
         "gpu_settings_spec_path": PATH,

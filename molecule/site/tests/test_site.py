@@ -145,6 +145,29 @@ def test_driver_packages_are_installed(host, family):
         assert host.package(name).is_installed, name
 
 
+def test_driver_module_params_reach_modprobe_and_the_initramfs(host, family, summary):
+    """nvidia_driver_module_params: one options line of ours in /etc/modprobe.d, which kmod reads and, on Debian,
+    initramfs-tools copies into every initramfs it builds (checked with a kernel tree made for the check: the test host
+    boots none of its own)."""
+    conf = host.file("/etc/modprobe.d/gpuhost-nvidia-params.conf")
+    assert conf.is_file and conf.mode == 0o644 and conf.user == "root"
+    assert conf.content_string.splitlines()[-1] == "options nvidia NVreg_DeviceFileMode=0660 NVreg_RestrictProfilingToAdminUsers=1"
+    assert any("nvidia_driver: module parameters NVreg_DeviceFileMode, NVreg_RestrictProfilingToAdminUsers in "
+               "/etc/modprobe.d/gpuhost-nvidia-params.conf" in line for line in summary), summary
+    if not family.startswith("debian"):
+        return
+    release = "0.0.0-gpuhost-check"
+    try:
+        host.check_output("mkdir -p /lib/modules/%s && touch /lib/modules/%s/modules.order /lib/modules/%s/modules.builtin "
+                          "/lib/modules/%s/modules.builtin.modinfo && depmod %s && printf 'CONFIG_RD_GZIP=y\\n' > /boot/config-%s",
+                          release, release, release, release, release, release)
+        host.check_output("mkinitramfs -o /tmp/gpuhost-check-initrd.img %s", release)
+        listed = host.check_output("lsinitramfs /tmp/gpuhost-check-initrd.img").splitlines()
+        assert "etc/modprobe.d/gpuhost-nvidia-params.conf" in listed, [p for p in listed if "modprobe" in p]
+    finally:
+        host.run("rm -rf /lib/modules/%s /boot/config-%s /tmp/gpuhost-check-initrd.img", release, release)
+
+
 def test_driver_source_per_family(host, family):
     if family == "rocky9":
         assert "stream=580-open" in host.file("/etc/dnf/modules.d/nvidia-driver.module").content_string

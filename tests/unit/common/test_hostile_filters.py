@@ -105,6 +105,7 @@ GOOD: dict[str, tuple[list[t.Any], dict[str, t.Any]]] = {
     "nvidia_driver_lockstep_hold": ([["nvidia-fabricmanager-550"], "550.54.15"], {}),
     "nvidia_driver_dnf_versions": ([DNF_LIST, "nvidia-driver"], {}),
     "nvidia_driver_dkms_lines": ([FACTS["kernels"]["dkms"]], {}),
+    "nvidia_driver_module_params_file": ([{"NVreg_EnableGpuFirmware": 0, "NVreg_TemporaryFilePath": "/var/tmp"}], {}),
     "gpg_primary_fingerprints": (["pub:-:4096:1:AAAAAAAAAAAAAAAA:1:::-:::scSC::::::23::0:\n"
                                   "fpr:::::::::AE09FE4BBD223A84B2CCFCE3F60F4B3D7FA2AF80:\n"], {}),
     "gpg_fingerprint": (["AE09 FE4B BD22 3A84 B2CC  FCE3 F60F 4B3D 7FA2 AF80"], {"empty": False}),
@@ -302,6 +303,9 @@ SEEN: list[tuple[str, list[t.Any], dict[str, t.Any], str]] = [
     ("nvidia_driver_move", [dict(DRIVER_PLAN, branch="latest"), None, []], {}, "nvidia_driver_move: plan.branch must be a driver branch"),
     ("nvidia_driver_candidate_errors", [dict(DRIVER_PLAN, version="x"), "550.54.15-1"], {}, "plan.version must be a driver version"),
     ("nvidia_driver_dkms_lines", [["x"]], {}, "nvidia_driver_dkms_lines: registrations[0] must be a dict"),
+    ("nvidia_driver_module_params_file", [{"NVreg_EnableMSI": "1 NVreg_Other=2"}], {},
+     "nvidia_driver_module_params_file: nvidia_driver_module_params: NVreg_EnableMSI="),
+    ("nvidia_driver_module_params_file", [["NVreg_EnableMSI=1"]], {}, "must be a mapping"),
     ("gpu_upgrade_summary", [[{"host": "a"}], 3], {}, "gpu_upgrade_summary: names must be a list"),
     ("nvidia_container_toolkit_version", [3, {}], {}, "nvidia_container_toolkit_version offered must be a list"),
 ]

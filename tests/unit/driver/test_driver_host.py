@@ -320,6 +320,7 @@ def test_the_role_asks_for_every_package_it_reads(name, wanted):
 
 BLACKLIST = "/etc/modprobe.d/gpuhost-nvidia-blacklist-nouveau.conf"
 PASSTHROUGH = "/etc/modprobe.d/gpuhost-nvidia-passthrough.conf"
+PARAMS = "/etc/modprobe.d/gpuhost-nvidia-params.conf"
 
 
 def _template(host, expression):
@@ -352,8 +353,10 @@ def test_one_modprobe_write_tells_which_file_changed(changed, blacklist, passthr
     with open(os.path.join(ROLE, "tasks", "modprobe.yml"), encoding="utf-8") as handle:
         (write,) = yaml.safe_load(handle)
     assert write["register"] == "__nvidia_driver_modprobe"
-    assert write["gpuhost.nvidia.gpuhost_apply"] == {"files": "{{ __nvidia_driver_modprobe_files }}", "regenerate": "{{ __nvidia_driver_regenerate }}"}
-    assert write["when"] == "__nvidia_driver_modprobe_files | length > 0"
+    assert write["gpuhost.nvidia.gpuhost_apply"] == {"files": "{{ __nvidia_driver_modprobe_files }}",
+                                                     "absent": "{{ __nvidia_driver_modprobe_absent }}",
+                                                     "regenerate": "{{ __nvidia_driver_regenerate }}"}
+    assert write["when"] == "(__nvidia_driver_modprobe_files + __nvidia_driver_modprobe_absent) | length > 0"
     for name, calls in (("install_dnf.yml", 1), ("install_pacman.yml", 1), ("install_apt.yml", 0), ("driver.yml", 0)):
         with open(os.path.join(ROLE, "tasks", name), encoding="utf-8") as handle:
             tasks = yaml.safe_load(handle)
@@ -378,12 +381,42 @@ def test_the_initramfs_is_regenerated_by_the_call_that_writes_the_modprobe_files
     host.variables["__nvidia_driver_modprobe_files"] = [{"path": BLACKLIST, "content": "blacklist nouveau\n"},
                                                         {"path": PASSTHROUGH, "content": "softdep nvidia pre: vfio-pci\n"}]
     regenerate = host["__nvidia_driver_regenerate"]
-    assert regenerate == {"argv": argv, "when_changed": [BLACKLIST, PASSTHROUGH], "if_exists": tool}
+    # the module parameters' file, removed when none are set, counts as a change when it goes
+    assert regenerate == {"argv": argv, "when_changed": [BLACKLIST, PASSTHROUGH, PARAMS], "if_exists": tool}
     for task in _driver_tasks():
         assert "__nvidia_driver_initramfs_command" not in str(task), task["name"]
     # Only modprobe.d files count: the pin file the same apt call wrote does not.
     host.variables["__nvidia_driver_modprobe"] = {"changed": True, "changed_files": ["/etc/apt/preferences.d/gpuhost-nvidia-driver.pref"]}
     assert host["__nvidia_driver_modprobe_changed"] == []
+
+
+@pytest.mark.parametrize("apt", [False, True])
+def test_the_module_parameters_file_is_removed_when_none_are_set_and_its_change_is_a_reboot_reason(apt):
+    host = RoleVars("debian12" if apt else "rocky9")
+    assert host["__nvidia_driver_modprobe_absent"] == [PARAMS]
+    host.variables["nvidia_driver_module_params"] = {"NVreg_EnableGpuFirmware": 0}
+    assert host["__nvidia_driver_modprobe_absent"] == []
+    key = "__nvidia_driver_transaction" if apt else "__nvidia_driver_modprobe"
+    for result in ({"changed": True, "changed_files": [PARAMS], "removed": []}, {"changed": True, "changed_files": [], "removed": [PARAMS]}):
+        host.variables[key] = result
+        assert host["__nvidia_driver_params_changed"] is True and host["__nvidia_driver_modprobe_changed"] == [PARAMS]
+    host.variables[key] = {"changed": False, "changed_files": [], "removed": []}
+    assert host["__nvidia_driver_params_changed"] is False
+    with open(os.path.join(ROLE, "tasks", "report.yml"), encoding="utf-8") as handle:
+        report = yaml.safe_dump(yaml.safe_load(handle))
+    assert "the nvidia module parameters changed" in report and "__nvidia_driver_params_changed" in report
+    with open(os.path.join(ROLE, "tasks", "absent.yml"), encoding="utf-8") as handle:
+        assert "{{ __nvidia_driver_params_file }}" in yaml.safe_dump(yaml.safe_load(handle))
+
+
+def test_the_module_parameters_filter_writes_what_the_check_accepts_and_refuses_the_rest():
+    from ansible_collections.gpuhost.nvidia.plugins.filter.driver import FilterModule
+    render = FilterModule().filters()["nvidia_driver_module_params_file"]
+    text = render({"NVreg_RestrictProfilingToAdminUsers": 1, "NVreg_EnableGpuFirmware": "0"})
+    assert text.splitlines()[-1] == "options nvidia NVreg_EnableGpuFirmware=0 NVreg_RestrictProfilingToAdminUsers=1"
+    assert render({}) == ""
+    with pytest.raises(Exception, match="NVreg_TemporaryFilePath"):
+        render({"NVreg_TemporaryFilePath": "/tmp\noptions nvidia NVreg_EnableMSI=0"})
 
 
 def test_apt_writes_the_pin_and_modprobe_files_installs_and_regenerates_in_one_call():
@@ -397,7 +430,9 @@ def test_apt_writes_the_pin_and_modprobe_files_installs_and_regenerates_in_one_c
     # The pin, the modprobe.d files, and the holds of the roles whose requests the transaction takes (gpuhost_package_plan).
     assert "internal_repository_pin_deferred.files" in call["files"]
     assert "+ __nvidia_driver_modprobe_files + __nvidia_driver_txn.taken.files" in call["files"]
-    assert call["absent"] == "{{ internal_repository_pin_deferred.absent + __nvidia_driver_txn.taken.absent }}"
+    # ... and the module parameters' file when none are set
+    assert call["absent"] == ("{{ internal_repository_pin_deferred.absent + __nvidia_driver_txn.taken.absent"
+                              " + __nvidia_driver_modprobe_absent }}")
     assert "__nvidia_driver_txn.apt_headers + __nvidia_driver_txn.specs" in call["packages"]["install"]
     assert call["packages"]["allow_downgrade"] == "{{ __nvidia_driver_txn.downgrade }}"
     assert "__nvidia_driver_regenerate" in call["regenerate"]
