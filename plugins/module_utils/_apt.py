@@ -8,7 +8,7 @@ Private to this collection: no compatibility promise outside gpuhost.nvidia.
 
 repository_key fetches the lists of the one source it wrote (not every source of the host: an unreachable one of the
 user's cannot fail the run, and one repository costs about 0.3 s instead of seconds) and asks apt which versions of
-some packages the lists now offer, in the same call as the key and the source file (#21: one remote call, not three).
+some packages the lists now offer, in the same call as the key and the source file (one remote call, not three).
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def parse_madison(text: str, names: list[str]) -> dict[str, list[str]]:
     return versions
 
 
-# The install transaction of gpuhost_apply (option ``packages``, #21): the driver's packages, with the requests of the
+# The install transaction of gpuhost_apply (option ``packages``): the driver's packages, with the requests of the
 # roles after it, installed in the call that writes their preferences and the modprobe.d files, instead of a call of
 # Ansible's apt module after a call of its own. The same apt-get options as ansible.builtin.apt (state present,
 # install_recommends false): no prompt, the old conffile kept, a 60 s wait for dpkg's lock.

@@ -8,7 +8,7 @@ Private to this collection: no compatibility promise outside gpuhost.nvidia.
 
 Pure functions, and one host read both modules share: ``engine_states`` (the units' state from one ``systemctl show``,
 and the newest mtime of each engine's configuration files), through the module that calls it. ``nvidia_container_runtime``
-returns its engine's state with the merge (#21: the role's plan is then a filter, no remote call of its own);
+returns its engine's state with the merge (the role's plan is then a filter, no remote call of its own);
 ``nvidia_container_restart_plan`` reads the states and the GPU containers for ``if_idle``.
 
 - ``container_of(cgroup_text)``: the container a process runs in, from ``/proc/<pid>/cgroup``. The path shapes are the

@@ -9,7 +9,7 @@ Private to this collection: no compatibility promise outside gpuhost.nvidia.
 The roles, playbooks and templates read only the platform (architecture, kernel), the distribution (name, version,
 major version, family) and the package manager; tests/unit/playbooks/test_facts_subset.py keeps that list. A
 ``setup`` call costs a remote call of its own plus building its module payload, which imports every fact collector
-(about 0.6 s and 0.35 s of the controller's CPU on a run, #21). So site.yml's facts play asks the call it makes
+(about 0.6 s and 0.35 s of the controller's CPU on a run). So site.yml's facts play asks the call it makes
 anyway for them: that module calls this, which runs the same collector classes ``setup`` runs for those subsets, with
 setup's ``ansible_`` prefix, so the controller files them under ``ansible_facts`` (and, with
 INJECT_FACTS_AS_VARS, as ``ansible_distribution`` and so on) exactly as ``setup`` would. Nothing here detects a

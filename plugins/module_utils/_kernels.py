@@ -14,7 +14,7 @@ any ``nvidia.ko*`` (``nvidia-current``, ``nvidia-open`` too) under the module se
 (version order, as GRUB's menu and ``kernel-install`` put it first) unless the boot loader says otherwise (EL's
 ``grubby --default-kernel``: pass it as ``boot_hint``).
 
-The nvidia modules registered with DKMS (``dkms``) are read from DKMS's own tree, as ``dkms status`` reads it (#21: the
+The nvidia modules registered with DKMS (``dkms``) are read from DKMS's own tree, as ``dkms status`` reads it (the
 driver's report had a ``dkms status`` call of its own after every install): ``/var/lib/dkms/<module>/<version>/`` is a
 registered (added) version, ``<version>/<kernel>/<arch>/module/`` a build for a kernel, and the link
 ``<module>/kernel-<kernel>-<arch>`` -> ``<version>/<kernel>/<arch>`` the build installed into that kernel's modules

@@ -8,8 +8,8 @@ A template that names any of the collection's filters makes Ansible's filter loa
 plugins/filter, to find which one defines it, and it does so again in each task's forked worker, compiling each file
 from source (the collection loader keeps no bytecode). With the module_utils imported at the top of those files, a task
 that only calls ``packages_ensured`` compiled ``_driver``, ``_vfio``, ``_catalog``, ``_pci``, ``_gpg``, ``_validate``,
-``_report`` and ``_toolkit`` too: about 0.1 s a task, 2.6 s in a first converge of site.yml (#21,
-docs/design-notes.md). A filter file names its module_utils through :func:`module_utils`, and only a filter that
+``_report`` and ``_toolkit`` too: about 0.1 s a task, 2.6 s in a first converge of site.yml
+(docs/design-notes.md). A filter file names its module_utils through :func:`module_utils`, and only a filter that
 runs imports them.
 """
 
