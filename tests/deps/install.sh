@@ -56,7 +56,7 @@ missing() {
 }
 
 case "${1:-}" in
-    --list) packages; extract_packages; exit 0 ;;
+    --list) packages; exit 0 ;;
     --check)
         need=$(missing | xargs)
         [[ -z "$need" ]] || { echo "not installed (bindep.txt): $need; run tests/deps/install.sh" >&2; exit 1; }
