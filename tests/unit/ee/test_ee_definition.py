@@ -24,10 +24,19 @@ from pathlib import Path
 import pytest
 import yaml
 
+_TRACEBACK_LIMIT = getattr(sys, "tracebacklimit", None)
 ansible_builder = pytest.importorskip("ansible_builder", reason="ansible-builder is in requirements/dev.txt (make venv)")
 from ansible_builder._target_scripts import introspect  # noqa: E402  pylint: disable=wrong-import-position
 from ansible_builder.ee_schema import validate_schema  # noqa: E402  pylint: disable=wrong-import-position
 from ansible_builder.exceptions import DefinitionError  # noqa: E402  pylint: disable=wrong-import-position
+
+# ansible-builder's exceptions module sets sys.tracebacklimit = 0 when it is imported (its command line prints short
+# errors). Imported here at collection, that would empty every traceback of the whole test session, so it is put back.
+if _TRACEBACK_LIMIT is None:
+    if hasattr(sys, "tracebacklimit"):
+        del sys.tracebacklimit
+else:
+    sys.tracebacklimit = _TRACEBACK_LIMIT
 
 ROOT = Path(__file__).resolve().parents[3]
 BUILDER = Path(sys.executable).parent / "ansible-builder"
