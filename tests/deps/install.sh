@@ -60,9 +60,9 @@ case "${1:-}" in
     --check)
         need=$(missing | xargs)
         [[ -z "$need" ]] || { echo "not installed (bindep.txt): $need; run tests/deps/install.sh" >&2; exit 1; }
-        want=$(extract_packages | xargs)
-        if [[ -n "$want" && "$(cat "$repo/.cache/tools/trixie/.packages" 2>/dev/null)" != "$want" ]]; then
-            echo "not unpacked (bindep.txt, trixie-extract): $want; run tests/deps/install.sh" >&2
+        unpacked=$(extract_packages | xargs)
+        if [[ -n "$unpacked" && "$(cat "$repo/.cache/tools/trixie/.packages" 2>/dev/null)" != "$unpacked" ]]; then
+            echo "not unpacked (bindep.txt, trixie-extract): $unpacked; run tests/deps/install.sh" >&2
             exit 1
         fi
         exit 0 ;;
