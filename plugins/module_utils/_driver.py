@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 
 from ansible_collections.gpuhost.nvidia.plugins.module_utils import _catalog, _gpg, _gpu_schema, _pci, _validate
 from ansible_collections.gpuhost.nvidia.plugins.module_utils._ids import normalize_bus_id, version_tuple
+from ansible_collections.gpuhost.nvidia.plugins.module_utils._validate import as_list
 
 FLAVOURS = ("auto", "open", "proprietary")
 SOURCES = ("auto", "nvidia", "distro")
@@ -68,14 +69,6 @@ def request_errors(request: Mapping[str, t.Any]) -> list[str]:
     its role variable. An empty or missing value means the default and is not checked."""
     values = {k: (None if request.get(k) in (None, "") else request.get(k)) for k in REQUEST_RULES}
     return ["nvidia_driver_" + e for e in _validate.check(values, REQUEST_RULES)]
-
-
-def _as_list(value: t.Any) -> list[t.Any]:
-    if value is None or value == "":
-        return []
-    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
-        return [value]
-    return list(value)
 
 
 def _tristate(value: t.Any) -> str:
@@ -318,7 +311,7 @@ def _stage_source(
     if not capabilities.get("supported"):
         supported = capabilities.get("supported_list") or "Debian 12/13, Ubuntu 22.04/24.04, EL 8-10, Fedora 41/42, Arch Linux"
         return None, {}, ["unsupported distribution %s: this role supports %s" % (distro, supported)]
-    versions = [str(v) for v in _as_list(capabilities.get("versions"))]
+    versions = [str(v) for v in as_list(capabilities.get("versions"))]
     major = str(host.get("distribution_major_version") or "")
     full = str(host.get("distribution_version") or "")
     if versions and major not in versions and full not in versions:
@@ -335,7 +328,7 @@ def _stage_source(
 def _stage_branch(branch: int | None, source: str, src_caps: Mapping[str, t.Any], distro: str) -> tuple[int | None, bool, list[str]]:
     """The branch (the request's, else the source's default), whether it is the default, and what the source refuses."""
     errors: list[str] = []
-    offered = sorted(int(b) for b in _as_list(src_caps.get("branches")))
+    offered = sorted(int(b) for b in as_list(src_caps.get("branches")))
     branch_from_default = False
     if branch is None:
         default = src_caps.get("default_branch")
@@ -359,7 +352,7 @@ def _stage_passthrough(
 ) -> tuple[list[Mapping[str, t.Any]], list[Mapping[str, t.Any]], list[str]]:
     """The GPUs the driver drives and those left to vfio-pci (listed, or bound to it already)."""
     errors: list[str] = []
-    passthrough = {normalize_bus_id(a) or str(a) for a in _as_list(request.get("passthrough_pci_addresses"))}
+    passthrough = {normalize_bus_id(a) or str(a) for a in as_list(request.get("passthrough_pci_addresses"))}
     for addr in sorted(a for a in passthrough if not PCI_ADDRESS_RE.fullmatch(a)):
         errors.append("nvidia_driver_passthrough_pci_addresses: %r is not a PCI address (dddd:bb:dd.f)" % addr)
     driven: list[Mapping[str, t.Any]] = []
@@ -402,7 +395,7 @@ def _stage_flavour(
     flavour: str, arch_by_gpu: Sequence[tuple[t.Any, str | None]], source: str, src_caps: Mapping[str, t.Any], distro: str
 ) -> tuple[str | None, list[str]]:
     """The kernel module flavour for the driven GPUs, and whether the source offers it."""
-    flavours_offered = [str(f) for f in _as_list(src_caps.get("flavours"))] or ["open", "proprietary"]
+    flavours_offered = [str(f) for f in as_list(src_caps.get("flavours"))] or ["open", "proprietary"]
     chosen, errors = choose_flavour(flavour, arch_by_gpu, flavours_offered)
     if chosen and chosen not in flavours_offered:
         errors.append(
@@ -484,21 +477,21 @@ def _stage_headers(dkms: bool, host: Mapping[str, t.Any], request: Mapping[str, 
 def _stage_conflicts(host: Mapping[str, t.Any], src_caps: Mapping[str, t.Any], source: str) -> list[str]:
     """Earlier installs that clash with the source: NVIDIA's .run installer, another source's packages or repository."""
     errors: list[str] = []
-    runfiles = _as_list(host.get("runfile_install"))
+    runfiles = as_list(host.get("runfile_install"))
     if runfiles:
         errors.append(
             "a driver installed with NVIDIA's .run installer is present (%s): remove it with nvidia-uninstall before "
             "installing packages" % ", ".join(str(p) for p in runfiles)
         )
-    foreign_pkgs = set(str(p) for p in _as_list(src_caps.get("foreign_packages")))
-    installed = set(str(p) for p in _as_list(host.get("installed_packages")))
+    foreign_pkgs = set(str(p) for p in as_list(src_caps.get("foreign_packages")))
+    installed = set(str(p) for p in as_list(host.get("installed_packages")))
     clash = sorted(foreign_pkgs & installed)
     if clash:
         errors.append(
             "packages from another NVIDIA driver source are installed (%s): remove them before installing from the %s source"
             % (", ".join(clash), source)
         )
-    foreign_repos = _as_list(host.get("foreign_repo_files"))
+    foreign_repos = as_list(host.get("foreign_repo_files"))
     if foreign_repos:
         errors.append(
             "another NVIDIA driver repository is configured (%s): remove it, or choose nvidia_driver_source: %s"
@@ -659,7 +652,7 @@ def check_candidate(plan_result: Mapping[str, t.Any], candidates: t.Any, request
     ``candidates`` is one version or a list of them, as the package manager prints them (epoch and revision included).
     """
     where = " from %s" % source_label if source_label else ""
-    offered = sorted({u for u in (_upstream(c) for c in _as_list(candidates)) if _VERSION_RE.fullmatch(u)}, key=version_tuple, reverse=True)
+    offered = sorted({u for u in (_upstream(c) for c in as_list(candidates)) if _VERSION_RE.fullmatch(u)}, key=version_tuple, reverse=True)
     if not offered:
         return ["no installable NVIDIA driver package%s: is the repository configured and enabled?" % where]
     fitting = offered
@@ -809,7 +802,7 @@ def versionlock_dnf5(names: t.Any, plan_result: Mapping[str, t.Any], epoch: int 
 def _offered_versions(candidates: t.Any) -> dict[str, str]:
     """Upstream version -> the package version the package manager printed (the highest one, revision included)."""
     raw: dict[str, str] = {}
-    for candidate in _as_list(candidates):
+    for candidate in as_list(candidates):
         text = str(candidate or "").strip()
         upstream = _upstream(text)
         if _VERSION_RE.fullmatch(upstream) and (upstream not in raw or _digits(text) > _digits(raw[upstream])):
@@ -908,7 +901,7 @@ def plan_lockstep(
 
     Returns ``install`` (specs), ``remove`` (names), ``hold`` (names for the pin) and ``names`` (the wanted names).
     """
-    installed_names = set(str(n) for n in _as_list(installed))
+    installed_names = set(str(n) for n in as_list(installed))
     wanted: list[str] = []
     if plan_result.get("fabric_manager"):
         wanted.extend(_names(resolved.get("fabric_manager")))
@@ -1053,11 +1046,11 @@ def plan_packages(plan_result: Mapping[str, t.Any], tables: Mapping[str, t.Any],
     flavour = str(plan_result.get("flavour") or "")
     module = resolved["module"].get(flavour, [])
     resolved["install"] = module + resolved["userspace"] + (resolved["desktop"].get(flavour, []) if role.get("desktop") else []) + _names(role.get("extra"))
-    from_userspace = source in [str(s) for s in _as_list(role.get("candidate_from_userspace"))]
+    from_userspace = source in [str(s) for s in as_list(role.get("candidate_from_userspace"))]
     candidates = resolved["userspace"] if from_userspace else module
     resolved["candidate"] = candidates[0] if candidates else ""
     # The other flavour's module packages (and Arch's module built for the other kernel kind) that are installed: removed.
-    installed_names = [str(n) for n in _as_list(host.get("installed_packages"))]
+    installed_names = [str(n) for n in as_list(host.get("installed_packages"))]
     other = "proprietary" if flavour == "open" else "open"
     resolved["other_flavour"] = other
     resolved["other_module_installed"] = [n for n in dict.fromkeys(resolved["module"].get(other, []) + _names(role.get("other_module")))
@@ -1081,8 +1074,8 @@ def offered_rows(offered: t.Any, asked: t.Any = None) -> list[list[str]]:
     stripped), or rows the host read already gave, of which only those of the names ``asked`` count."""
     if isinstance(offered, str) or offered is None:
         return [[field.strip() for field in line.split("|")] for line in str(offered or "").splitlines() if line.strip()]
-    wanted = set(str(n) for n in _as_list(asked))
-    return [[str(f) for f in row] for row in _as_list(offered) if isinstance(row, Sequence) and not isinstance(row, str)
+    wanted = set(str(n) for n in as_list(asked))
+    return [[str(f) for f in row] for row in as_list(offered) if isinstance(row, Sequence) and not isinstance(row, str)
             and len(row) >= 2 and str(row[0]) in wanted]
 
 
@@ -1098,7 +1091,7 @@ def offered_versions(pkg_mgr: str, offered: t.Any, name: str) -> list[str]:
 
 def installed_version(installed: Mapping[str, t.Any], name: str) -> str:
     """The installed version of ``name`` in package_facts' form (its first entry), "" when it is not installed."""
-    entries = _as_list(installed.get(name))
+    entries = as_list(installed.get(name))
     first = entries[0] if entries and isinstance(entries[0], Mapping) else {}
     return str(first.get("version") or "")
 
@@ -1188,6 +1181,6 @@ def transaction_specs(result: Mapping[str, t.Any], taken: Mapping[str, t.Any], p
     name that a request the transaction takes (``taken``, from the package_plan filter) names itself replaced by the
     request's entry, then the requests' entries; ``predicted`` adds the entries check mode can only report."""
     own = _names(install) if pkg_mgr == "pacman" else list(result["install_specs"])
-    replaced = {re.sub(r"=.*$", "", str(entry)) for entry in _as_list(taken.get("install"))}
-    specs = [s for s in own if s not in replaced] + [str(e) for e in _as_list(taken.get("install"))]
-    return {"specs": specs, "predicted": specs + [str(e) for e in _as_list(taken.get("predicted"))]}
+    replaced = {re.sub(r"=.*$", "", str(entry)) for entry in as_list(taken.get("install"))}
+    specs = [s for s in own if s not in replaced] + [str(e) for e in as_list(taken.get("install"))]
+    return {"specs": specs, "predicted": specs + [str(e) for e in as_list(taken.get("predicted"))]}

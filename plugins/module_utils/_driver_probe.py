@@ -14,15 +14,9 @@ from __future__ import annotations
 
 import re
 import typing as t
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
-
-def _as_list(value: t.Any) -> list[t.Any]:
-    if value is None or value == "":
-        return []
-    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
-        return [value]
-    return list(value)
+from ansible_collections.gpuhost.nvidia.plugins.module_utils._validate import as_list
 
 
 # The host inventory the role plans from (gpuhost.nvidia.nvidia_driver_host): one read-only module call instead of
@@ -71,7 +65,7 @@ _APT_LITERAL_NAME = re.compile(r"[a-z0-9][a-z0-9-]*\Z")
 
 def apt_offered_names(names: t.Any) -> list[str]:
     """The names of ``names`` that ``APT_OFFERED_QUERY`` is asked about, sorted and once each: the literal ones."""
-    return sorted({str(n) for n in _as_list(names) if _APT_LITERAL_NAME.match(str(n or ""))})
+    return sorted({str(n) for n in as_list(names) if _APT_LITERAL_NAME.match(str(n or ""))})
 
 
 def parse_offered(output: t.Any) -> list[list[str]]:
@@ -123,8 +117,8 @@ def parse_installed(database: str, output: t.Any) -> dict[str, list[dict[str, t.
 
 def select_installed(packages: Mapping[str, t.Any], names: t.Any, prefixes: t.Any) -> dict[str, t.Any]:
     """The installed packages the role reads: those named, and those whose name starts with one of ``prefixes``."""
-    wanted = set(str(n) for n in _as_list(names))
-    starts = tuple(str(p) for p in _as_list(prefixes) if str(p))
+    wanted = set(str(n) for n in as_list(names))
+    starts = tuple(str(p) for p in as_list(prefixes) if str(p))
     return {name: packages[name] for name in sorted(packages) if name in wanted or (starts and name.startswith(starts))}
 
 
@@ -166,5 +160,5 @@ def secure_boot_unknown(mokutil: str, mokutil_found: bool, rc: int | None, outpu
 
 def mentions_any(text: t.Any, needles: t.Any) -> bool:
     """Whether a line of ``text`` contains one of ``needles`` (a repository definition naming NVIDIA's hosts)."""
-    words = [str(n) for n in _as_list(needles) if str(n)]
+    words = [str(n) for n in as_list(needles) if str(n)]
     return any(word in line for line in str(text or "").splitlines() for word in words)

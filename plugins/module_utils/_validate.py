@@ -29,6 +29,7 @@ import math
 import re
 import typing as t
 import unicodedata
+from collections.abc import Sequence
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -386,3 +387,13 @@ def ansible_module(**kwargs: t.Any) -> AnsibleModule:
                 for problem in [_shape_problem(spec[name], bare.params.get(name))] if problem]
     bare.fail_json(msg="; ".join(problems) or "an option has a value the module cannot take: %s" % error, errors=problems)
     raise AssertionError("fail_json returned")  # pragma: no cover
+
+
+def as_list(value: t.Any) -> list[t.Any]:
+    """A list from what a role may pass for one: none for None or "", one item for a string, bytes or scalar, the items
+    of any other sequence."""
+    if value is None or value == "":
+        return []
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        return [value]
+    return list(value)
