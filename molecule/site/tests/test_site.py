@@ -197,50 +197,26 @@ def test_driver_source_per_family(host, family):
         assert host.package("nvidia-open-kernel-dkms").version.startswith("550.163.01"), "Debian 13's non-free 550.163.01"
 
 
-# #21: what opening the apt cache costs with the role's preferences files. The driver's pin once listed 13 globs (the
-# list below, 2b47ec4), which apt matches against every package each time it opens its cache: an apt task over SSH took
-# 3.2-4.1 s with them and 1.4-1.6 s without. Measured as the apt module opens it (python-apt: the cache, then the
-# depcache, which reads the preferences), in a fresh process each time, alternated, the median.
-OLD_GLOB_PIN = ("Explanation: the driver pin of 2b47ec4\n"
-                "Package: nvidia-* libnvidia-* libcuda1* libcudadebugger1* libnvcuvid1* libnvoptix1* libgl1-nvidia-* libegl-nvidia* "
-                "libgles-nvidia* libglx-nvidia* xserver-xorg-video-nvidia* firmware-nvidia-gsp* cuda-drivers*\n"
-                "Pin: version 535.*\nPin-Priority: 1001\n")
-CACHE_OPEN = """
-import sys, time, apt_pkg
-apt_pkg.init_config()
-apt_pkg.config.set("Dir::Etc::Preferences", "/dev/null")
-apt_pkg.config.set("Dir::Etc::PreferencesParts", sys.argv[1])
-apt_pkg.init_system()
-start = time.perf_counter()
-apt_pkg.DepCache(apt_pkg.Cache(None))
-print(time.perf_counter() - start)
-"""
-CACHE_OPEN_TIMES = """
-import json, os, shutil, statistics, subprocess, sys, tempfile
-dirs = {name: tempfile.mkdtemp() for name in ("none", "role", "globs")}
-for name in os.listdir("/etc/apt/preferences.d"):
-    shutil.copy(os.path.join("/etc/apt/preferences.d", name), dirs["role"])
-with open(os.path.join(dirs["globs"], "old.pref"), "w", encoding="utf-8") as handle:
-    handle.write(sys.argv[2])
-times = {name: [] for name in dirs}
-for run in range(9):
-    for name, path in dirs.items():
-        if name != "globs" or run < 3:
-            out = subprocess.run([sys.executable, "-c", sys.argv[1], path], capture_output=True, check=True, text=True).stdout
-            times[name].append(float(out))
-print(json.dumps(dict({name: statistics.median(value) for name, value in times.items()}, files=sorted(os.listdir(dirs["role"])))))
-"""
+# apt matches a glob or regex pin (`Package: nvidia-*`, `/re/`) against every package each time it opens its cache: the
+# driver's old 13-glob pin made an apt task over SSH take 3.2-4.1 s instead of 1.4-1.6 s. `benchmarks/apt_pin.py`
+# measures that on a Debian host; this test checks the cause, which a loaded CI machine cannot blur: every Package
+# line of the collection's preferences names exact packages.
+DEBIAN_PACKAGE_NAME = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
 
 
-def test_the_pin_does_not_slow_opening_the_apt_cache(host, family):
-    """#21: with the role's preferences files (the driver's pin, the toolkit's hold: exact names) the apt cache opens
-    within 20% of the time it takes with none; the old glob pin, measured the same way, shows what this test catches."""
-    if family != "debian12":
-        pytest.skip("one apt host is enough for a timing")
-    timings = json.loads(host.check_output("python3 -c %s %s %s", CACHE_OPEN_TIMES, CACHE_OPEN, OLD_GLOB_PIN))
-    assert {"gpuhost-nvidia-driver.pref", "gpuhost-nvidia-container-toolkit.pref"} <= set(timings["files"]), timings
-    assert timings["role"] <= 1.2 * timings["none"], timings
-    assert timings["globs"] >= 2 * timings["none"], timings
+def test_the_pins_name_exact_packages_so_apt_opens_its_cache_fast(host, family):
+    """The role's preferences files (the driver's pin, the toolkit's hold) list package names, never a glob or regex."""
+    if not family.startswith("debian"):
+        pytest.skip("apt preferences exist on the Debian family only")
+    names = host.check_output("ls /etc/apt/preferences.d").split()
+    ours = sorted(name for name in names if name.startswith("gpuhost-"))
+    assert {"gpuhost-nvidia-driver.pref", "gpuhost-nvidia-container-toolkit.pref"} <= set(ours), names
+    for name in ours:
+        text = host.file(f"/etc/apt/preferences.d/{name}").content_string
+        lines = [line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("Package:")]
+        assert lines and all(lines), (name, text)
+        bad = [package for line in lines for package in line if not DEBIAN_PACKAGE_NAME.match(package)]
+        assert not bad, (name, bad, text)
 
 
 # The driver's branch on each family; no role installs another branch's userland.
