@@ -13,7 +13,9 @@ one by one, so a flushed record is compared with the one the role's own call wri
 
 from __future__ import annotations
 
+import datetime
 import json
+import types
 
 import converged_harness
 import pytest
@@ -133,7 +135,16 @@ def test_the_record_verdict():
 
 # The module.
 
-def test_the_flush_writes_each_record_as_its_own_call_would_in_one_observation(module, host, roles, tmp_path):
+class _FrozenClock(datetime.datetime):
+    """The one clock of the test: a record's changed_run.at would differ between the two writers across a second."""
+
+    @classmethod
+    def now(cls, tz=None):
+        return datetime.datetime(2026, 11, 29, 9, 27, 36, tzinfo=tz)
+
+
+def test_the_flush_writes_each_record_as_its_own_call_would_in_one_observation(module, host, roles, tmp_path, monkeypatch):
+    monkeypatch.setattr(_converged_host, "datetime", types.SimpleNamespace(datetime=_FrozenClock, timezone=datetime.timezone))
     one_by_one, flushed = tmp_path / "own", tmp_path / "flushed"
     calls = [roles(role, flushed) for role in ROLES] + [{"state": "absent", "path": str(flushed / "gpu_compose.json")}]
     (flushed / "gpu_compose.json").parent.mkdir()
@@ -148,6 +159,9 @@ def test_the_flush_writes_each_record_as_its_own_call_would_in_one_observation(m
         assert [argv[1] for argv in host["calls"]] == ["-W", "show"], run
         assert host["calls"][0][host["calls"][0].index("--") + 1:] == ["nvidia-container-toolkit", "nvidia-smi"]
         assert contents(flushed) == contents(one_by_one), run
+        if run == 0:  # the changing run stamps its records with the one clock
+            assert {json.loads((flushed / (role + ".json")).read_text())["changed_run"]["at"] for role in ROLES} == {
+                "2026-11-29T09:27:36Z"}
         assert result["records_written"] == [{"path": call["path"], "state": call["state"], "changed": mine["changed"]}
                                              for call, mine in zip(calls, own)]
         assert result["changed"] == any(mine["changed"] for mine in own) == (run == 0)
