@@ -15,9 +15,9 @@ checked against (at least two); tests/unit/test_sources.py keeps the two in step
 - Minimum driver per CUDA toolkit release: CUDA Toolkit Release Notes, table "CUDA Toolkit and Corresponding
   Driver Versions", Linux x86_64 column.
 - Highest CUDA version per driver branch: what the driver itself reports (nvidia-smi header), cross-checked against
-  public nvidia-smi captures. Branches whose exact highest CUDA minor no public source states (610, 620) carry only
-  the CUDA major version of NVIDIA's data center support matrix; the catalog then answers "cannot tell" for a minor
-  above what an older branch is known to run, instead of guessing.
+  public nvidia-smi captures (from 610 the header says "CUDA UMD Version"). A branch whose exact highest CUDA minor no
+  public source states (620) carries only the CUDA major version of NVIDIA's data center support matrix; the catalog
+  then answers "cannot tell" for a minor above what an older branch is known to run, instead of guessing.
 - Branch lifecycle (designation, end of life): NVIDIA Data Center Drivers documentation, "Supported Drivers and CUDA
   Toolkit Versions" (the 580, 615 and 620 editions), for the branches a second source confirms (580, 595).
 - Open kernel modules: NVIDIA's open-gpu-kernel-modules README and the July 2024 technical blog: Turing and later.
@@ -132,12 +132,12 @@ BRANCH_MAX_CUDA: dict[int, str] = {
     580: "13.0",
     590: "13.1",
     595: "13.2",
+    610: "13.3",
 }
 
 # Branches whose highest CUDA minor version no public source states: only the CUDA major version that NVIDIA's data
 # center support matrix lists ("Maximum CUDA Major Version Supported Without Forward Compatibility Package").
 BRANCH_MAX_CUDA_MAJOR: dict[int, int] = {
-    610: 13,
     620: 13,
 }
 

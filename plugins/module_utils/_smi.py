@@ -122,6 +122,11 @@ def _enabled(elem: ET.Element | None, path: str) -> bool | None:
     return None
 
 
+def _version_text(elem: ET.Element, path: str) -> str | None:
+    value = _text(elem, path)
+    return value if value is not None and re.match(r"^\d+\.\d+", value) else None
+
+
 def _first(elem: ET.Element, paths: t.Iterable[str], convert: t.Callable[[ET.Element, str], t.Any]) -> t.Any:
     for path in paths:
         value = convert(elem, path)
@@ -147,13 +152,14 @@ def parse(xml_text: str, gather: t.Iterable[str] = (), extend: Extension | None 
         raise ValueError("nvidia-smi -q -x printed XML that does not parse: %s" % exc) from exc
     if root.tag != "nvidia_smi_log":
         raise ValueError("nvidia-smi -q -x printed <%s>, not <nvidia_smi_log>" % root.tag)
+    # From R610 nvidia-smi's header says "KMD Version" and "CUDA UMD Version", and its --version calls the driver
+    # version deprecated. No public XML capture of 610 shows whether the XML followed (docs/sources.md): the elements
+    # under either name are read, and only a value that is a version counts.
     driver = {
-        "version": _text(root, "driver_version"),
-        "cuda_version": _text(root, "cuda_version"),
+        "version": _first(root, ("driver_version", "kmd_version"), _version_text),
+        "cuda_version": _first(root, ("cuda_version", "cuda_umd_version"), _version_text),
         "nvml_version": None,
     }
-    if driver["cuda_version"] is not None and not re.match(r"^\d+\.\d+", driver["cuda_version"]):
-        driver["cuda_version"] = None
     gpus = []
     for index, elem in enumerate(root.findall("gpu")):
         gpus.append(_gpu(index, elem, gather))

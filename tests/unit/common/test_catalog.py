@@ -166,7 +166,10 @@ def test_open_module_and_legacy_branches():
     [
         ("620", "13.2", True),  # at least what 595 runs
         ("610", "12.8", True),
-        ("620", "13.3", None),  # above every known maximum: no source says, the catalog does not guess
+        ("610", "13.3", True),  # R610's nvidia-smi header: "CUDA UMD Version: 13.3" (docs/sources.md)
+        ("610", "13.4", False),
+        ("620", "13.3", True),  # at least what 610 runs
+        ("620", "13.4", None),  # above every known maximum: no source says, the catalog does not guess
         ("620", "14.0", False),  # past the CUDA major NVIDIA's support matrix lists
         ("580", "13.1", False),
         ("590", "13.1", True),

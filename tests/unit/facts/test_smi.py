@@ -167,6 +167,31 @@ def test_rtx3090_v13_without_prolog():
     assert any("topology" in m for m in parsed["messages"])
 
 
+def _versions_only(inner):
+    driver = _smi.parse("<nvidia_smi_log>%s</nvidia_smi_log>" % inner)["driver"]
+    return driver["version"], driver["cuda_version"]
+
+
+@pytest.mark.parametrize(
+    "inner, expected",
+    [
+        # The names every public capture so far uses.
+        ("<driver_version>595.58.03</driver_version><cuda_version>13.2</cuda_version>", ("595.58.03", "13.2")),
+        # R610's header names ("KMD Version", "CUDA UMD Version"), should the XML follow them; the deprecation text
+        # `nvidia-smi --version` prints for the driver version is not a version.
+        ("<driver_version>Deprecated, see kmd_version instead</driver_version><kmd_version>610.43.02</kmd_version>"
+         "<cuda_umd_version>13.3</cuda_umd_version>", ("610.43.02", "13.3")),
+        # Both present: the long-standing name wins.
+        ("<driver_version>610.43.02</driver_version><kmd_version>610.0.0</kmd_version><cuda_version>13.3</cuda_version>"
+         "<cuda_umd_version>13.0</cuda_umd_version>", ("610.43.02", "13.3")),
+        ("<driver_version>N/A</driver_version><cuda_version>Not Found</cuda_version>", (None, None)),
+        ("", (None, None)),
+    ],
+)
+def test_driver_and_cuda_versions_under_either_name(inner, expected):
+    assert _versions_only(inner) == expected
+
+
 def test_parse_rejects_non_smi_xml():
     with pytest.raises(ValueError):
         _smi.parse("<html></html>")
