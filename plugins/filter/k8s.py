@@ -3,9 +3,10 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 
 """gpu_k8s_manifests and gpu_k8s_manifest_errors: the cluster side of a Kubernetes GPU worker; k8s_gpu_node_plan:
-its host side (role k8s_gpu_node).
+its host side (role k8s_gpu_node); k8s_gpu_node_rancher_plan: its containerd template on k3s and RKE2.
 
-Their documentation is in the sidecar .yml files. The builders live in module_utils/_k8s.py and _k8s_node.py.
+Their documentation is in the sidecar .yml files. The builders live in module_utils/_k8s.py, _k8s_node.py and
+_k8s_rancher.py.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from ansible_collections.gpuhost.nvidia.plugins.plugin_utils._lazy import module
 # Imported when a filter of this file first runs, not when Ansible loads the file (plugin_utils/_lazy.py).
 _k8s = module_utils("_k8s")
 _k8s_node = module_utils("_k8s_node")
+_k8s_rancher = module_utils("_k8s_rancher")
 
 
 def gpu_k8s_manifest_errors(request: t.Any) -> list[str]:
@@ -54,7 +56,27 @@ def k8s_gpu_node_errors(request: t.Any) -> list[str]:
     return _k8s_node.request_errors(plain(mapping(request, "k8s_gpu_node_errors request")))
 
 
+def k8s_gpu_node_rancher_plan(request: t.Any) -> dict[str, t.Any]:
+    """The containerd template files the k8s_gpu_node role writes or removes on k3s and RKE2, and why it refuses."""
+    request = plain(mapping(request, "k8s_gpu_node_rancher_plan request"))
+    problems = []
+    if request.get("distribution") not in _k8s_rancher.DISTRIBUTIONS:
+        problems.append("distribution %r is not one of %s" % (request.get("distribution"), ", ".join(_k8s_rancher.DISTRIBUTIONS)))
+    if request.get("state") not in ("present", "absent"):
+        problems.append("state %r is not present or absent" % (request.get("state"),))
+    for key in ("runtime_name", "runtime_path"):
+        if not isinstance(request.get(key), str) or not request.get(key):
+            problems.append("%s must be a non-empty string, not %r" % (key, request.get(key)))
+    files = request.get("files")
+    if not isinstance(files, dict) or not all(isinstance(v, str) or v is None for v in files.values()):
+        problems.append("files must map file names to their text or null, not %r" % (files,))
+    if problems:
+        raise AnsibleFilterError("k8s_gpu_node_rancher_plan: %s" % "; ".join(problems))
+    return _k8s_rancher.plan(request)
+
+
 class FilterModule:
     def filters(self) -> dict[str, t.Callable[..., t.Any]]:
         return guarded({"gpu_k8s_manifests": gpu_k8s_manifests, "gpu_k8s_manifest_errors": gpu_k8s_manifest_errors,
-                        "k8s_gpu_node_plan": k8s_gpu_node_plan, "k8s_gpu_node_errors": k8s_gpu_node_errors})
+                        "k8s_gpu_node_plan": k8s_gpu_node_plan, "k8s_gpu_node_errors": k8s_gpu_node_errors,
+                        "k8s_gpu_node_rancher_plan": k8s_gpu_node_rancher_plan})

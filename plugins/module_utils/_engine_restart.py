@@ -32,7 +32,11 @@ import typing as t
 
 from ansible_collections.gpuhost.nvidia.plugins.module_utils._gpu_schema import describe_unknown, process_view
 
-ENGINES = {"docker": "docker.service", "containerd": "containerd.service", "crio": "crio.service", "kubelet": "kubelet.service"}
+ENGINES = {"docker": "docker.service", "containerd": "containerd.service", "crio": "crio.service", "kubelet": "kubelet.service",
+           # k3s and RKE2 run the kubelet and their own containerd in one service (server or agent), which renders
+           # containerd's configuration from its template when it starts.
+           "k3s": "k3s.service", "k3s-agent": "k3s-agent.service", "rke2-server": "rke2-server.service",
+           "rke2-agent": "rke2-agent.service"}
 POLICIES = ("if_idle", "always", "never")
 # What systemctl show is asked for each unit.
 PROPERTIES = "Id,ActiveState,ExecMainStartTimestampMonotonic,ActiveEnterTimestampMonotonic"
@@ -59,6 +63,7 @@ _SHAPES: tuple[tuple[t.Pattern[str], str], ...] = (
 # comes back: it is treated as one of their engines, so that it never restarts under a GPU pod (or unknown GPU work).
 _STOPS = {"docker": ("docker",), "containerd": ("containerd", "kubernetes"), "crio": ("crio", "kubernetes"),
           "kubelet": ("containerd", "crio", "kubernetes")}
+_STOPS.update({name: ("containerd", "kubernetes") for name in ("k3s", "k3s-agent", "rke2-server", "rke2-agent")})
 
 
 def container_of(cgroup_text: str) -> dict[str, str] | None:

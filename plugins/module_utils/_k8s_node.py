@@ -139,10 +139,10 @@ def plan(request: Mapping[str, t.Any], markers: Mapping[str, t.Any], facts: Mapp
         registration.update(configure=False, reason="%s: set the node labels and taints in Kubespray's inventory instead" % why)
     elif distribution in ("k3s", "rke2"):
         runtime.update(configure=False, reason=(
-            "%s adds the nvidia runtime to its containerd configuration itself when it finds nvidia-container-runtime "
-            "at start, and renders config.toml from its own template (/var/lib/rancher/%s/agent/etc/containerd/"
-            "config.toml.tmpl, config-v3.toml.tmpl); the role leaves both to it. Restart %s after the toolkit is "
-            "installed" % (distribution, distribution, distribution)))
+            "%s renders containerd's config.toml itself at every start, from its base template or from "
+            "/var/lib/rancher/%s/agent/etc/containerd/config-v3.toml.tmpl (containerd 2.x) or config.toml.tmpl, and adds "
+            "the nvidia runtime itself when it finds nvidia-container-runtime on its PATH: the role leaves config.toml "
+            "to it and writes a template (extending the base) only for a runtime %s does not add" % (distribution, distribution, distribution)))
         if request["registration"]:
             registration.update(configure=False, reason=(
                 "%s's kubelet takes its labels and taints from %s's node-label and node-taint settings, not from "

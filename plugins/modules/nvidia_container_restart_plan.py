@@ -12,7 +12,7 @@ version_added: 0.1.0
 description:
   - Internal to the roles C(gpuhost.nvidia.nvidia_container_toolkit) and C(gpuhost.nvidia.k8s_gpu_node) (their engine
     restarts); no compatibility promise.
-  - Read-only. For each engine in O(engines) (Docker, containerd, CRI-O, the kubelet), says whether it is due a restart, and
+  - Read-only. For each engine in O(engines) (Docker, containerd, CRI-O, the kubelet, k3s and RKE2), says whether it is due a restart, and
     whether to restart it now, defer it, or only report it, following O(policy).
   - An engine is due a restart when its unit is active and its configuration changed in this run (the engine's
     C(changed)) or one of its configuration files (the engine's C(files)) is newer than the unit's main process. The
@@ -26,7 +26,9 @@ description:
     running and only Docker's own containers are not counted. A restart of containerd or CRI-O is counted as
     stopping their containers and the kubelet's unnamed ones. A restart of the kubelet is counted as disturbing every
     Kubernetes container (containerd's, CRI-O's and the unnamed ones), since it re-admits the pods and re-registers
-    the device plugin when it comes back; so it never restarts under GPU work either.
+    the device plugin when it comes back; so it never restarts under GPU work either. A restart of k3s or RKE2 (their
+    server or agent unit, which runs the kubelet and containerd) is counted as stopping containerd's and the
+    kubelet's unnamed containers.
   - O(policy=if_idle) restarts an engine when no GPU process runs in a container the restart would stop, and defers
     it otherwise (RV(pending), with the containers named, and a warning).
   - When the GPU processes cannot be known, O(policy=if_idle) defers the restart too, naming each GPU and why.
@@ -58,10 +60,12 @@ options:
     required: true
     suboptions:
       name:
-        description: The engine; its unit is C(docker.service), C(containerd.service) or C(crio.service).
+        description:
+          - The engine; its unit is C(<name>.service) (C(docker.service), C(containerd.service), C(crio.service),
+            C(kubelet.service), C(k3s.service), C(k3s-agent.service), C(rke2-server.service), C(rke2-agent.service)).
         type: str
         required: true
-        choices: [docker, containerd, crio, kubelet]
+        choices: [docker, containerd, crio, kubelet, k3s, k3s-agent, rke2-server, rke2-agent]
       changed:
         description: Whether this run changed (or in check mode would change) the engine's configuration.
         type: bool

@@ -1,4 +1,5 @@
-"""k8s_gpu_node on Debian 12 with Debian's real containerd: see molecule.yml. The state absent test runs last."""
+"""k8s_gpu_node on Debian 12 with Debian's real containerd, and a k3s agent's file layout: see molecule.yml. The state
+absent test runs last."""
 
 from __future__ import annotations
 
@@ -18,11 +19,53 @@ UNIT = "gpuhost-k8s-node-labels.service"
 HEADER = "# Written by gpuhost.nvidia.k8s_gpu_node from the GPU facts; refreshed at boot by gpuhost-k8s-node-labels.service."
 
 
+K3S_DIR = "/var/lib/rancher/k3s/agent/etc/containerd"
+K3S_TEMPLATE = K3S_DIR + "/config-v3.toml.tmpl"
+# What the role writes on the k3s host (module_utils/_k8s_rancher.py): the base, then the runtime k3s does not add.
+K3S_TEMPLATE_TEXT = """# Written by gpuhost.nvidia.k8s_gpu_node: k3s's base template, then the runtime the role adds; state absent removes this file.
+{{ template "base" . }}
+
+[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.nvidia-gpuhost]
+  runtime_type = "io.containerd.runc.v2"
+
+[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.nvidia-gpuhost.options]
+  BinaryName = "/usr/bin/nvidia-container-runtime"
+  SystemdCgroup = {{ .SystemdCgroup }}
+"""
+
+
 def is_image(name: str) -> bool:
     return "-image-" in name
 
 
+def is_k3s(name: str) -> bool:
+    return "-k3s-" in name
+
+
+def test_k3s_template_extends_the_base(host, gpuhost_instance):
+    if not is_k3s(gpuhost_instance):
+        assert not host.file("/var/lib/rancher").exists
+        return
+    template = host.file(K3S_TEMPLATE)
+    assert template.is_file and template.mode == 0o600 and template.user == "root"
+    assert template.content_string == K3S_TEMPLATE_TEXT
+    assert not host.file(K3S_DIR + "/config.toml.tmpl").exists
+    # k3s's rendered file, with the template's base filled in by hand (no k3s here): containerd would get valid TOML
+    # with k3s's own tables and the runtime.
+    rendered = host.file(K3S_DIR + "/config.toml").content_string
+    merged = tomllib.loads(K3S_TEMPLATE_TEXT.replace('{{ template "base" . }}', rendered).replace("{{ .SystemdCgroup }}", "true"))
+    runtimes = merged["plugins"]["io.containerd.cri.v1.runtime"]["containerd"]["runtimes"]
+    assert set(runtimes) == {"runc", "nvidia-gpuhost"}
+    assert runtimes["nvidia-gpuhost"]["options"]["BinaryName"] == "/usr/bin/nvidia-container-runtime"
+    # k3s owns config.toml, and the kubeadm files are not k3s's: the role changed none of them.
+    check = host.run("sha256sum -c /root/k8s-baseline.sha256")
+    assert check.rc == 0, check.stdout + check.stderr
+    assert not host.file("/etc/containerd/conf.d/99-nvidia.toml").exists
+
+
 def test_containerd_runs_on_the_merged_config_with_cdi(host, gpuhost_instance):
+    if is_k3s(gpuhost_instance):
+        return  # no containerd of its own: test_k3s_template_extends_the_base
     if is_image(gpuhost_instance):
         assert not host.service("containerd").is_running, "the image build must not start containerd"
         assert host.service("containerd").is_enabled
@@ -57,6 +100,8 @@ def test_containerd_runs_on_the_merged_config_with_cdi(host, gpuhost_instance):
 
 
 def test_containerd_restarted_only_on_the_worker(host, gpuhost_instance):
+    if is_k3s(gpuhost_instance):
+        return
     if is_image(gpuhost_instance):
         assert host.run("systemctl show -p ActiveState --value containerd").stdout.strip() == "inactive"
         return
@@ -72,6 +117,9 @@ def test_containerd_restarted_only_on_the_worker(host, gpuhost_instance):
 
 def test_kubelet_flags(host, gpuhost_instance):
     text = host.file("/etc/default/kubelet").content_string
+    if is_k3s(gpuhost_instance):
+        assert text == "# site kubelet flags\nKUBELET_EXTRA_ARGS=\"--max-pods=64\"\n"  # k3s's kubelet does not read it
+        return
     assert "# site kubelet flags\n" in text
     line = [ln for ln in text.splitlines() if ln.startswith("KUBELET_EXTRA_ARGS=")]
     assert len(line) == 1
@@ -127,6 +175,11 @@ def test_state_absent_restores_the_files(host, gpuhost_instance):
     assert changed_tasks(second, gpuhost_instance) == []
     check = host.run("sha256sum -c /root/k8s-baseline.sha256")
     assert check.rc == 0, check.stdout + check.stderr
+    if is_k3s(gpuhost_instance):
+        assert not host.file(K3S_TEMPLATE).exists
+        assert host.file(K3S_DIR).is_directory and host.file(K3S_DIR + "/config.toml").exists
+        assert not host.file(FEATURES).exists
+        return
     for path in ("/etc/containerd/conf.d/99-nvidia.toml", FEATURES, "/etc/systemd/system/" + UNIT,
                  "/usr/local/lib/gpuhost/k8s_gpu_node/k8s-node-labels", "/usr/local/lib/gpuhost/k8s_gpu_node"):
         assert not host.file(path).exists, path
