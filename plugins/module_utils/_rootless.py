@@ -94,8 +94,7 @@ def _user_request(index: int, item: t.Any, errors: list[str]) -> dict[str, t.Any
     if isinstance(engines, str) or not isinstance(engines, (list, tuple)) or not engines:
         errors.append("%s.engines: %r must be a non-empty list of %s" % (where, engines, ", ".join(ENGINES)))
         return None
-    bad = [e for e in engines if e not in ENGINES]
-    if bad or len(set(engines)) != len(engines):
+    if any(e not in ENGINES for e in engines) or len(set(engines)) != len(engines):
         errors.append("%s.engines: %r: each of %s at most once" % (where, list(engines), ", ".join(ENGINES)))
         return None
     state = item.get("state", "present")
@@ -139,9 +138,9 @@ def plan(request: t.Mapping[str, t.Any], passwd: t.Mapping[str, t.Any], subuid: 
             if problem is None and state == "absent":
                 warnings.append("rootless user %s does not exist (any more): nothing of theirs to take back" % name)
                 continue
-            errors.append("rootless user %s: %s" % (name, problem or "no such user on this host; create the account first "
-                                                     "(useradd -m %s) or take it out of nvidia_container_toolkit_rootless_users"
-                                                     % name))
+            missing = ("no such user on this host; create the account first (useradd -m %s) or take it out of "
+                       "nvidia_container_toolkit_rootless_users" % name)
+            errors.append("rootless user %s: %s" % (name, problem or missing))
             continue
         if account["uid"] == 0:
             errors.append("rootless user %s has uid 0: that is root, not a rootless user" % name)
@@ -175,7 +174,7 @@ def plan(request: t.Mapping[str, t.Any], passwd: t.Mapping[str, t.Any], subuid: 
             errors.append("rootless Docker (%s) needs nvidia-container-cli.no-cgroups = true, but "
                           "nvidia_container_toolkit_settings.no_cgroups is false; remove that key or set it true"
                           % ", ".join(docker_present))
-        rootful = list(request.get("runtimes") or []) if request.get("mode", "full") == "full" else []
+        rootful = [str(r) for r in request.get("runtimes") or []] if request.get("mode", "full") == "full" else []
         if rootful and not request.get("shared_no_cgroups"):
             errors.append(
                 "rootless Docker (%s) needs nvidia-container-cli.no-cgroups = true in /etc/nvidia-container-runtime/"
