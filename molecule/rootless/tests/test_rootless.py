@@ -71,6 +71,29 @@ def test_users_rootless_podman_injects_the_cdi_device(host):
     assert owner.stdout.strip() == "true"
 
 
+def test_restart_of_alice_rootless_dockerd_left_to_her(host):
+    said = json.loads(host.file("/root/rootless-restart.json").content_string)
+    assert said["pending"] == ["docker (rootless, user alice)"]
+    assert len(said["report"]) == 1 and 'as alice, run "systemctl --user restart docker"' in said["report"][0]
+
+
+def test_hostile_and_unknown_users_refused_before_any_change(host, gpuhost_instance):
+    before = host.file(ALICE_JSON).sha256sum
+    users = [{"name": "../evil", "engines": ["docker"]}, {"name": "alice;id"}, {"name": "mallory"}, {"name": "root"}]
+    result = run_playbook_json(str(SCENARIO / "converge.yml"), "-e", json.dumps({"nvidia_container_toolkit_rootless_users": users}),
+                               limit=gpuhost_instance)
+    assert changed_tasks(result, gpuhost_instance) == []
+    failed = [task["hosts"][gpuhost_instance] for play in result["plays"] for task in play["tasks"]
+              if task["hosts"].get(gpuhost_instance, {}).get("failed")]
+    assert len(failed) == 1, failed
+    message = failed[0]["msg"]
+    for part in ("'../evil' is not a user name", "'alice;id' is not a user name", "Debian's adduser rule",
+                 "mallory: no such user on this host; create the account first (useradd -m mallory)",
+                 "root is not a rootless user", "Nothing was changed."):
+        assert part in message, message
+    assert host.file(ALICE_JSON).sha256sum == before
+
+
 def test_state_absent_restores_alice_daemon_json(host, gpuhost_instance):
     first = run_playbook_json(str(SCENARIO / "absent.yml"), limit=gpuhost_instance)
     assert not first.get("stats", {}).get(gpuhost_instance, {}).get("failures"), json.dumps(first)[-3000:]
