@@ -3,10 +3,11 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 
 """Container toolkit filters: nvidia_container_toolkit_errors, nvidia_container_toolkit_version, nvidia_node_labels,
-nvidia_node_labels_file, nvidia_container_restarts.
+nvidia_node_labels_file, nvidia_container_restarts, nvidia_container_toolkit_rootless_plan.
 
 Their documentation is in the sidecar .yml files. The decisions live in module_utils/_toolkit.py, (the node labels)
-module_utils/_labels.py and (the restarts) module_utils/_engine_restart.py.
+module_utils/_labels.py, (the restarts) module_utils/_engine_restart.py and (the rootless users)
+module_utils/_rootless.py.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ _toolkit = module_utils("_toolkit")
 _toolkit_config = module_utils("_toolkit_config")
 _engine_restart = module_utils("_engine_restart")
 _labels = module_utils("_labels")
+_rootless = module_utils("_rootless")
 
 display = Display()
 
@@ -112,6 +114,24 @@ def nvidia_container_restarts(engines: t.Any, policy: str = "always") -> dict[st
     return result
 
 
+def nvidia_container_toolkit_rootless_plan(request: t.Any, passwd: t.Any = None, subuid: t.Any = None,
+                                           subgid: t.Any = None) -> dict[str, t.Any]:
+    """The rootless Docker and Podman users' work, from the request, getent's passwd facts and the text of
+    /etc/subuid and /etc/subgid; every problem among its errors. Each warning is also shown."""
+    request_map = mapping(request, "nvidia_container_toolkit_rootless_plan request")
+    passwd_map = mapping(passwd, "nvidia_container_toolkit_rootless_plan passwd")
+    for name, value in (("subuid", subuid), ("subgid", subgid)):
+        if value is not None and not isinstance(value, str):
+            raise AnsibleFilterError("nvidia_container_toolkit_rootless_plan: %s must be the text of /etc/%s or null (no "
+                                     "file), got %s" % (name, name, type(value).__name__))
+    runtimes = sequence(request_map.get("runtimes"), "nvidia_container_toolkit_rootless_plan request.runtimes",
+                        "give the rootful engines as a list")
+    result = _rootless.plan(dict(request_map, runtimes=runtimes), passwd_map, subuid, subgid)
+    for warning in result["warnings"]:
+        display.warning("nvidia_container_toolkit: %s" % warning)
+    return result
+
+
 class FilterModule:
     def filters(self) -> dict[str, t.Callable[..., t.Any]]:
         return guarded({
@@ -120,4 +140,5 @@ class FilterModule:
             "nvidia_node_labels": nvidia_node_labels,
             "nvidia_node_labels_file": nvidia_node_labels_file,
             "nvidia_container_restarts": nvidia_container_restarts,
+            "nvidia_container_toolkit_rootless_plan": nvidia_container_toolkit_rootless_plan,
         })

@@ -1,0 +1,3 @@
+"""Use the shared gpuhost testinfra fixtures (molecule/resources is on PYTHONPATH)."""
+
+from gpuhost_testinfra import host, pytest_generate_tests  # noqa: F401  pylint: disable=unused-import
