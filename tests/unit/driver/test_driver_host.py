@@ -405,8 +405,12 @@ def test_the_module_parameters_file_is_removed_when_none_are_set_and_its_change_
     with open(os.path.join(ROLE, "tasks", "report.yml"), encoding="utf-8") as handle:
         report = yaml.safe_dump(yaml.safe_load(handle))
     assert "the nvidia module parameters changed" in report and "__nvidia_driver_params_changed" in report
+    # state absent: the one gpuhost_apply call removes the modprobe.d files, the parameters' file among them.
+    assert PARAMS in host["__nvidia_driver_modprobe_paths"]
     with open(os.path.join(ROLE, "tasks", "absent.yml"), encoding="utf-8") as handle:
-        assert "{{ __nvidia_driver_params_file }}" in yaml.safe_dump(yaml.safe_load(handle))
+        removal = next(t for t in yaml.safe_load(handle) if t.get("register") == "__nvidia_driver_absent_applied")
+    assert "+ __nvidia_driver_modprobe_paths }}" in removal["gpuhost.nvidia.gpuhost_apply"]["absent"]
+    assert removal["gpuhost.nvidia.gpuhost_apply"]["regenerate"]["when_changed"] == "{{ __nvidia_driver_modprobe_paths }}"
 
 
 def test_the_module_parameters_filter_writes_what_the_check_accepts_and_refuses_the_rest():
@@ -465,6 +469,8 @@ def test_no_task_registers_over_a_role_variable():
     # once hid a vars/main.yml variable of that name from every task after it.
     names = set()
     for folder in ("tasks", "handlers"):
+        if not os.path.isdir(os.path.join(ROLE, folder)):
+            continue
         for name in os.listdir(os.path.join(ROLE, folder)):
             with open(os.path.join(ROLE, folder, name), encoding="utf-8") as handle:
                 names.update(_registers(yaml.safe_load(handle)))
