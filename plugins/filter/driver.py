@@ -58,13 +58,34 @@ def nvidia_driver_plan(request: t.Any, facts: t.Any = None, host: t.Any = None, 
     )
     if packages is None or not result["act"] or result["errors"]:
         return result
-    settings = mapping(packages, "nvidia_driver_plan packages")
+    settings = dict(mapping(packages, "nvidia_driver_plan packages"))
     tables = mapping(settings.get("tables"), "nvidia_driver_plan packages.tables")
+    settings["headers"] = _headers_settings(settings.get("headers"))
+    kernels = facts_map.get("kernels") or {}
+    host_packages = {**host_map, "kernel_flavour": settings.get("kernel_flavour"),
+                     "kernels_installed": kernels.get("installed") if isinstance(kernels, t.Mapping) else None}
     try:
-        result["packages"] = _driver.plan_packages(result, tables, {**host_map, "kernel_flavour": settings.get("kernel_flavour")}, settings)
+        result["packages"] = _driver.plan_packages(result, tables, host_packages, settings)
     except ValueError as exc:
         raise AnsibleFilterError("nvidia_driver_plan: %s" % exc) from None
     return result
+
+
+def _headers_settings(value: t.Any) -> dict[str, t.Any]:
+    """The plan's headers settings (``packages.headers``), each checked: flags are true or false, packages are lists of
+    package names."""
+    headers = dict(mapping(value, "nvidia_driver_plan packages.headers"))
+    for key in ("install", "installed", "offered"):
+        if headers.get(key) is not None and not isinstance(headers[key], bool):
+            raise AnsibleFilterError("nvidia_driver_plan: packages.headers.%s must be true or false, got %r" % (key, headers[key]))
+    for key in ("running", "follow"):
+        items = sequence(headers.get(key), "nvidia_driver_plan: packages.headers.%s" % key, "pass a list of package names")
+        bad = [item for item in items if not isinstance(item, str)]
+        if bad:
+            raise AnsibleFilterError("nvidia_driver_plan: packages.headers.%s must be a list of package names, got %r: pass a list of "
+                                     "package names" % (key, bad[0]))
+        headers[key] = items
+    return headers
 
 
 TXN = "nvidia_driver_transaction"
@@ -116,6 +137,7 @@ def _transaction_role(role: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
     request = mapping(role.get("request"), "%s role.request" % TXN)
     return dict(role, candidate_package=_text(role.get("candidate_package"), "role.candidate_package"),
                 install=_names(role.get("install"), "role.install"), pin=_flag(role.get("pin"), "role.pin"),
+                dnf_modules=_flag(role.get("dnf_modules"), "role.dnf_modules"),
                 request={"cuda_version": _text(request.get("cuda_version"), "role.request.cuda_version"),
                          "cuda_minor_version_compatibility": _flag(request.get("cuda_minor_version_compatibility"),
                                                                    "role.request.cuda_minor_version_compatibility")},

@@ -1029,15 +1029,22 @@ def plan_packages(plan_result: Mapping[str, t.Any], tables: Mapping[str, t.Any],
     ``tables``: the role's ``__nvidia_driver_packages`` (one table per source). ``host``: ``kernel_flavour`` and
     ``installed_packages`` (names). ``role``: ``pkg_mgr``, ``desktop``, ``extra`` (the user's extra packages), ``pin``,
     ``dnf_modules`` (the module stream holds the branch), ``other_module`` (Arch: the module package of the other kernel
-    kind) and ``candidate_from_userspace`` (the sources whose module
-    packages carry the kernel's version, so the driver's version is read from the first userspace package).
+    kind), ``candidate_from_userspace`` (the sources whose module
+    packages carry the kernel's version, so the driver's version is read from the first userspace package) and
+    ``headers`` (``plan_headers``'s settings; the host's ``kernel`` and ``kernels_installed`` come with ``host``).
 
     Adds ``install`` (module, userspace, the desktop set when asked for, the extra packages), ``candidate`` (the package
     whose version is the driver's), ``other_flavour`` and ``other_module_installed`` (the installed module packages
     the plan replaces), ``lockstep_hold`` (Fabric Manager and NSCQ, held at the driver's exact version in a
     block of their own) and ``versionlock`` (dnf: the branch lock's ``dnf4`` lines and ``dnf5`` entries, without the
-    lockstep names; empty where the module stream holds the branch alone or nothing is pinned). The versionlock is known
-    here, before the transaction: dnf must see the branch's lock before it is asked what it offers.
+    lockstep names; empty where the module stream holds the branch alone or nothing is pinned) with
+    ``versionlock_wanted`` (whether the role holds the branch with versionlock, where dnf is the package manager),
+    ``lockstep_pinned`` (whether the lockstep names are held at the driver's version),
+    ``pin_glob`` (the branch or exact version as the package manager's version glob), ``headers`` (``plan_headers``)
+    and ``apt_query`` (apt's one question to the repositories: ``repository``, the candidate package and NVIDIA's
+    pinning package when pinning, which only a configured repository can answer; ``headers``, the headers packages that
+    follow kernel updates). The versionlock is known here, before the transaction: dnf must see the branch's lock before
+    it is asked what it offers.
     """
     source = plan_result.get("source")
     if source not in tables:
@@ -1062,7 +1069,38 @@ def plan_packages(plan_result: Mapping[str, t.Any], tables: Mapping[str, t.Any],
     if pkg_mgr == "dnf" and wanted and not resolved["errors"]:
         names = [n for n in resolved["hold"] if n not in resolved["lockstep_hold"]]
         resolved["versionlock"] = {"dnf4": versionlock_dnf4(names, plan_result), "dnf5": versionlock_dnf5(names, plan_result)}
+    resolved["versionlock_wanted"] = wanted
+    # Fabric Manager and NSCQ held at the driver's exact version (the transaction's lockstep.wanted, known here: the
+    # names do not depend on the move): dnf's versionlock plugin and file are needed for that hold too.
+    resolved["lockstep_pinned"] = bool(role.get("pin")) and bool(resolved["lockstep_hold"])
+    version = plan_result.get("version")
+    resolved["pin_glob"] = ("%s-*" % version) if version else ("%s.*" % plan_result.get("branch"))
+    resolved["headers"] = plan_headers(plan_result, role.get("headers") or {}, pkg_mgr, host)
+    pinning = str(resolved.get("pinning") or "")
+    resolved["apt_query"] = {"repository": [resolved["candidate"]] + ([pinning] if role.get("pin") and pinning else []),
+                             "headers": resolved["headers"]["follow"]}
     return resolved
+
+
+def plan_headers(plan_result: Mapping[str, t.Any], settings: Mapping[str, t.Any], pkg_mgr: str, host: Mapping[str, t.Any]) -> dict[str, list[str]]:
+    """The kernel headers the install adds, where DKMS builds the module and the role installs headers.
+
+    ``settings``: ``install`` (nvidia_driver_install_headers), ``running`` (the running kernel's headers packages),
+    ``follow`` (apt: the flavour's headers packages that follow kernel updates; a bare ``linux-headers-``, a kernel
+    flavour that is not known, is none), ``installed`` and ``offered`` (the host read: the running kernel's headers are
+    there; a repository offers their package). ``host``: ``kernel`` (the running kernel's release) and
+    ``kernels_installed`` (the GPU facts' ``kernels.installed``).
+
+    Returns ``running`` (installed when missing and offered), ``follow`` and ``kernel_devel`` (dnf: kernel-devel of
+    every other installed kernel, which DKMS also builds for).
+    """
+    wanted = bool(settings.get("install")) and bool(plan_result.get("dkms"))
+    follow = [n for n in _names(settings.get("follow")) if n != "linux-headers-"]
+    running = _names(settings.get("running")) if wanted and not settings.get("installed") and settings.get("offered") else []
+    kernel = str(host.get("kernel") or "")
+    releases = [str(entry.get("release")) for entry in as_list(host.get("kernels_installed")) if isinstance(entry, Mapping)]
+    kernel_devel = ["kernel-devel-" + r for r in releases if r != kernel] if wanted and pkg_mgr == "dnf" else []
+    return {"running": running, "follow": follow if wanted else [], "kernel_devel": kernel_devel}
 
 
 # The transaction: the plan met with the host's answers (the versions the repositories offer, the installed packages).
@@ -1115,15 +1153,16 @@ def transaction(plan_result: Mapping[str, t.Any], resolved: Mapping[str, t.Any],
     listing, ``pacman -Si`` output; empty when it was not asked), ``asked`` (apt: the names the answer is for),
     ``repo_pending`` (check mode before the repository exists), ``hold_pending`` (dnf: a stream or lock that check mode
     did not write) and ``check_mode``. ``role``: ``pkg_mgr``, ``candidate_package`` (whose installed version decides the
-    move; apt also reads its offered versions), ``install`` (the names the role installs), ``pin`` and ``request`` (its
-    CUDA requirement).
+    move; apt also reads its offered versions), ``install`` (the names the role installs), ``pin``, ``dnf_modules`` (the
+    module stream holds the branch) and ``request`` (its CUDA requirement).
 
     Returns ``offered_versions``, ``offered_names``, ``candidate_errors`` (empty while the repository is pending),
     ``move`` (``plan_move``), ``hold_pending``, ``predict_only`` (check mode cannot ask the package manager for the
     install: report it instead), ``downgrade``, ``install_specs`` (at the move's version when the driver moves or an exact
     version is asked for, else the names), ``takes_requests`` (the install is at the branch's candidate, so the roles
     after this one may have theirs installed with it), ``use_pinning_package`` and ``stale_pinning_packages`` (apt),
-    ``lockstep`` (``plan_lockstep``, with ``wanted``, ``in_place`` and ``held``: ``lockstep_hold`` at the move's version).
+    ``lockstep`` (``plan_lockstep``, with ``wanted``, ``in_place`` and ``held``: ``lockstep_hold`` at the move's version)
+    and ``pin_method`` (how the branch is held, for the report).
     """
     pkg_mgr = str(role.get("pkg_mgr") or "")
     installed: Mapping[str, t.Any] = host.get("installed") or {}
@@ -1173,7 +1212,22 @@ def transaction(plan_result: Mapping[str, t.Any], resolved: Mapping[str, t.Any],
         "stale_pinning_packages": [n for n in installed if n.startswith("nvidia-driver-pinning-") and n != (pinning if use_pinning else "")],
         "apt_headers": (_names(role.get("headers_running")) + [n for n in _names(role.get("headers_follow")) if n in names]) if pkg_mgr == "apt" else [],
         "lockstep": lockstep,
+        "pin_method": pin_method(pkg_mgr, use_pinning, pinning, _names(resolved.get("hold")), bool(role.get("dnf_modules")),
+                                 bool(plan_result.get("version"))),
     }
+
+
+def pin_method(pkg_mgr: str, use_pinning: bool, pinning: str, hold: Sequence[str], dnf_modules: bool, exact: bool) -> str:
+    """How the branch is held, for the report."""
+    if use_pinning:
+        return "the pinning package " + pinning
+    if pkg_mgr == "apt":
+        return "apt preferences (%d packages by name)" % len(hold)
+    if pkg_mgr == "dnf" and dnf_modules:
+        return "the nvidia-driver module stream" + (" and dnf versionlock" if exact else "")
+    if pkg_mgr == "dnf":
+        return "dnf versionlock"
+    return "pacman IgnorePkg"
 
 
 def transaction_specs(result: Mapping[str, t.Any], taken: Mapping[str, t.Any], pkg_mgr: str, install: t.Any) -> dict[str, list[str]]:

@@ -17,6 +17,8 @@ import os
 
 import pytest
 import yaml
+from ansible.parsing.dataloader import DataLoader
+from ansible.template import Templar
 from ansible_collections.gpuhost.nvidia.plugins.filter import driver as driver_filters
 from ansible_collections.gpuhost.nvidia.plugins.filter import packages
 from ansible_collections.gpuhost.nvidia.plugins.module_utils import _driver
@@ -36,26 +38,40 @@ def _load_tasks(name):
         return yaml.safe_load(handle)
 
 
+def _headers_settings(host):
+    """The plan's headers settings as tasks/preflight.yml passes them (its package settings' headers), templated."""
+    task = next(t for t in _load_tasks("preflight.yml") if t.get("name") == "Decide what to install")
+    return Templar(loader=DataLoader(), variables=host.variables).template(_trust(task["vars"]["__nvidia_driver_package_settings"]["headers"]))
+
+
+def _repo_facts(host, pending=False, repo_url=""):
+    """tasks/repo.yml's facts after the repository step: whether it is pending, apt's question, whether the host read
+    answered it."""
+    host.variables.update({"__nvidia_driver_repo": {"url": repo_url} if repo_url else {}, "internal_repository_pending": pending})
+    return host.set_fact("repo.yml", "Note that a repository that does not exist yet cannot be queried in check mode")
+
+
 def _host(kernel="6.18.44-fc-v657", packages=(), offered=None, headers_now=False, request=None):
     host = Host("debian12")
     host.variables["ansible_facts"] = dict(host.facts, kernel=kernel)
     plan = host.plan(dict({"source": "distro", "flavour": "open"}, **(request or {})))
-    pkgs = _driver.plan_packages(plan, host["__nvidia_driver_packages"], {"installed_packages": list(packages)},
-                                 {"pkg_mgr": "apt", "pin": True})
-    plan["packages"] = pkgs
     lines = MADISON if offered is None else offered
     host.variables.update({
-        "__nvidia_driver_plan": plan, "__nvidia_driver_pkgs": pkgs, "nvidia_driver_install_headers": True,
-        "__nvidia_driver_install_packages": pkgs["install"], "__nvidia_driver_request": {},
+        "nvidia_driver_install_headers": True,
+        "__nvidia_driver_request": {},
         "__nvidia_driver_offered": {"stdout": "\n".join(lines), "stdout_lines": lines},
         # tasks/preflight.yml's one gpuhost.nvidia.nvidia_driver_host answer, and the fact it sets of its packages.
         "__nvidia_driver_host_probe": {"packages": {name: [{"version": "1"}] for name in packages},
                                        "headers_present": not headers_now, "headers_offered": True},
         "__nvidia_driver_host_packages": {name: [{"version": "1"}] for name in packages},
-        "nvidia_driver_repo_pending": False,
         "__nvidia_driver_pkg_mgr": "apt",
         "ansible_check_mode": False,
     })
+    pkgs = _driver.plan_packages(plan, host["__nvidia_driver_packages"], {"installed_packages": list(packages), "kernel": kernel},
+                                 {"pkg_mgr": "apt", "pin": True, "headers": _headers_settings(host)})
+    plan["packages"] = pkgs
+    host.variables.update({"__nvidia_driver_plan": plan, "__nvidia_driver_pkgs": pkgs, "__nvidia_driver_install_packages": pkgs["install"]})
+    _repo_facts(host)
     return host
 
 
@@ -83,7 +99,9 @@ def _txn(host):
 def test_headers_follow_the_kernel_the_host_boots(kernel, packages, follow):
     host = _host(kernel, packages)
     assert host["__nvidia_driver_headers_follow_wanted"] == follow
-    assert host["__nvidia_driver_headers_follow_now"] is bool(follow)
+    # The plan's headers: those that follow, asked about in apt's one question after the driver package.
+    assert host["__nvidia_driver_pkgs"]["headers"]["follow"] == follow
+    assert host["__nvidia_driver_apt_query"] == ["nvidia-open-kernel-dkms"] + follow
 
 
 def test_one_madison_answer_gives_the_candidate_versions_and_what_is_offered():
@@ -241,15 +259,12 @@ def _known(repo_url="", offered=True, asked=None, pending=False):
     """The apt path after the preflight's host read asked the repositories ahead."""
     host = _host(packages=["linux-image-cloud-amd64"])
     rows = [[field.strip() for field in line.split("|")] for line in MADISON]
-    host.variables.update({
-        "__nvidia_driver_repo": {"url": repo_url} if repo_url else {},
-        "nvidia_driver_repo_pending": pending,
-        # install_apt.yml's own question did not run (skipped): only the host read can answer.
-        "__nvidia_driver_offered": {"skipped": True, "changed": False},
-    })
+    # install_apt.yml's own question did not run (skipped): only the host read can answer.
+    host.variables["__nvidia_driver_offered"] = {"skipped": True, "changed": False}
     host.variables["__nvidia_driver_host_probe"].update({
         "offered": rows if offered else None,
         "offered_asked": ["linux-headers-cloud-amd64", "nvidia-kernel-dkms", "nvidia-open-kernel-dkms"] if asked is None else asked})
+    _repo_facts(host, pending, repo_url)
     return host
 
 

@@ -332,6 +332,22 @@ def _driver_tasks():
         return yaml.safe_load(handle)
 
 
+ENSURED = "Tell the roles after this one which packages the driver ensured"
+
+
+def _after_install(host):
+    """driver.yml's facts of what the install did (read once, right after it): which modprobe.d files changed (the
+    task's variable) and the three flags the report reads, and whether the driver packages changed."""
+    task = next(t for t in _driver_tasks() if t["name"] == ENSURED)
+    changed = _template(host, task["vars"]["__nvidia_driver_modprobe_changed"])
+    facts = host.set_fact("driver.yml", ENSURED, ["__nvidia_driver_blacklist_changed", "__nvidia_driver_passthrough_changed",
+                                                  "__nvidia_driver_params_changed", "__nvidia_driver_packages_changed"])
+    return dict(facts, __nvidia_driver_modprobe_changed=changed)
+
+
+PREFLIGHT_LISTS = "Set the repository and package lists for the plan"
+
+
 @pytest.mark.parametrize("changed, blacklist, passthrough", [
     ([], False, False),
     ([BLACKLIST], True, False),
@@ -346,8 +362,10 @@ def test_one_modprobe_write_tells_which_file_changed(changed, blacklist, passthr
         host.variables["__nvidia_driver_transaction"] = {"changed": True, "changed_files": ["/etc/apt/preferences.d/gpuhost-nvidia-driver.pref"] + changed}
     elif changed is not None:
         host.variables["__nvidia_driver_modprobe"] = {"changed": bool(changed), "changed_files": changed}
-    assert (host["__nvidia_driver_blacklist_changed"], host["__nvidia_driver_passthrough_changed"]) == (blacklist, passthrough)
-    assert host["__nvidia_driver_modprobe_changed"] == (changed or [])
+    host.variables["__nvidia_driver_install_predicted"] = {"skipped": True, "changed": False}
+    facts = _after_install(host)
+    assert (facts["__nvidia_driver_blacklist_changed"], facts["__nvidia_driver_passthrough_changed"]) == (blacklist, passthrough)
+    assert facts["__nvidia_driver_modprobe_changed"] == (changed or [])
     # dnf and pacman write them in a call of their own at the end of their install files (one task, modprobe.yml,
     # imported by both), which regenerates the initramfs; apt in the transaction's call (install_apt.yml).
     with open(os.path.join(ROLE, "tasks", "modprobe.yml"), encoding="utf-8") as handle:
@@ -377,36 +395,47 @@ def test_the_initramfs_is_regenerated_by_the_call_that_writes_the_modprobe_files
     changed (also when the apt install after them failed: tests/unit/apply/test_apply_packages.py), where the tool exists.
     The removal path keeps its handler."""
     host = RoleVars(name)
-    # the two files as vars/main.yml renders them (their templates are lookups the test's Templar has not)
-    host.variables["__nvidia_driver_modprobe_files"] = [{"path": BLACKLIST, "content": "blacklist nouveau\n"},
-                                                        {"path": PASSTHROUGH, "content": "softdep nvidia pre: vfio-pci\n"}]
-    regenerate = host["__nvidia_driver_regenerate"]
+    # the two files as tasks/preflight.yml renders them once (their templates are lookups the test's Templar has not)
+    files = [{"path": BLACKLIST, "content": "blacklist nouveau\n"}, {"path": PASSTHROUGH, "content": "softdep nvidia pre: vfio-pci\n"}]
+    regenerate = host.set_fact("preflight.yml", PREFLIGHT_LISTS, ["__nvidia_driver_regenerate"],
+                               __nvidia_driver_modprobe_files_now=files)["__nvidia_driver_regenerate"]
     # the module parameters' file, removed when none are set, counts as a change when it goes
     assert regenerate == {"argv": argv, "when_changed": [BLACKLIST, PASSTHROUGH, PARAMS], "if_exists": tool}
     for task in _driver_tasks():
         assert "__nvidia_driver_initramfs_command" not in str(task), task["name"]
     # Only modprobe.d files count: the pin file the same apt call wrote does not.
     host.variables["__nvidia_driver_modprobe"] = {"changed": True, "changed_files": ["/etc/apt/preferences.d/gpuhost-nvidia-driver.pref"]}
-    assert host["__nvidia_driver_modprobe_changed"] == []
+    host.variables["__nvidia_driver_install_predicted"] = {"skipped": True, "changed": False}
+    assert _after_install(host)["__nvidia_driver_modprobe_changed"] == []
 
 
 @pytest.mark.parametrize("apt", [False, True])
 def test_the_module_parameters_file_is_removed_when_none_are_set_and_its_change_is_a_reboot_reason(apt):
     host = RoleVars("debian12" if apt else "rocky9")
-    assert host["__nvidia_driver_modprobe_absent"] == [PARAMS]
+
+    def absent():
+        return host.set_fact("preflight.yml", PREFLIGHT_LISTS, ["__nvidia_driver_modprobe_absent"])["__nvidia_driver_modprobe_absent"]
+
+    assert absent() == [PARAMS]
     host.variables["nvidia_driver_module_params"] = {"NVreg_EnableGpuFirmware": 0}
-    assert host["__nvidia_driver_modprobe_absent"] == []
+    assert absent() == []
+    host.variables["__nvidia_driver_install_predicted"] = {"skipped": True, "changed": False}
     key = "__nvidia_driver_transaction" if apt else "__nvidia_driver_modprobe"
     for result in ({"changed": True, "changed_files": [PARAMS], "removed": []}, {"changed": True, "changed_files": [], "removed": [PARAMS]}):
         host.variables[key] = result
-        assert host["__nvidia_driver_params_changed"] is True and host["__nvidia_driver_modprobe_changed"] == [PARAMS]
+        facts = _after_install(host)
+        assert facts["__nvidia_driver_params_changed"] is True and facts["__nvidia_driver_modprobe_changed"] == [PARAMS]
     host.variables[key] = {"changed": False, "changed_files": [], "removed": []}
-    assert host["__nvidia_driver_params_changed"] is False
+    assert _after_install(host)["__nvidia_driver_params_changed"] is False
     with open(os.path.join(ROLE, "tasks", "report.yml"), encoding="utf-8") as handle:
         report = yaml.safe_dump(yaml.safe_load(handle))
     assert "the nvidia module parameters changed" in report and "__nvidia_driver_params_changed" in report
+    # state absent: the one gpuhost_apply call removes the modprobe.d files, the parameters' file among them.
+    assert PARAMS in host["__nvidia_driver_modprobe_paths"]
     with open(os.path.join(ROLE, "tasks", "absent.yml"), encoding="utf-8") as handle:
-        assert "{{ __nvidia_driver_params_file }}" in yaml.safe_dump(yaml.safe_load(handle))
+        removal = next(t for t in yaml.safe_load(handle) if t.get("register") == "__nvidia_driver_absent_applied")
+    assert "+ __nvidia_driver_modprobe_paths }}" in removal["gpuhost.nvidia.gpuhost_apply"]["absent"]
+    assert removal["gpuhost.nvidia.gpuhost_apply"]["regenerate"]["when_changed"] == "{{ __nvidia_driver_modprobe_paths }}"
 
 
 def test_the_module_parameters_filter_writes_what_the_check_accepts_and_refuses_the_rest():
@@ -446,10 +475,11 @@ def test_apt_writes_the_pin_and_modprobe_files_installs_and_regenerates_in_one_c
     host.variables.update({"__nvidia_driver_pkg_mgr": "apt", "__nvidia_driver_transaction": {
         "changed_files": ["/etc/apt/preferences.d/gpuhost-nvidia-driver.pref", BLACKLIST], "packages": {"changed": True}},
         "__nvidia_driver_install_predicted": {"skipped": True, "changed": False}})
-    assert host["__nvidia_driver_modprobe_changed"] == [BLACKLIST]
-    assert host["__nvidia_driver_packages_changed"] is True
+    facts = _after_install(host)
+    assert facts["__nvidia_driver_modprobe_changed"] == [BLACKLIST]
+    assert facts["__nvidia_driver_packages_changed"] is True
     host.variables["__nvidia_driver_transaction"]["packages"] = {}
-    assert host["__nvidia_driver_packages_changed"] is False
+    assert _after_install(host)["__nvidia_driver_packages_changed"] is False
 
 
 def _registers(tasks):
@@ -465,6 +495,8 @@ def test_no_task_registers_over_a_role_variable():
     # once hid a vars/main.yml variable of that name from every task after it.
     names = set()
     for folder in ("tasks", "handlers"):
+        if not os.path.isdir(os.path.join(ROLE, folder)):
+            continue
         for name in os.listdir(os.path.join(ROLE, folder)):
             with open(os.path.join(ROLE, folder, name), encoding="utf-8") as handle:
                 names.update(_registers(yaml.safe_load(handle)))

@@ -81,6 +81,19 @@ class Host:
     def __getitem__(self, name):
         return Templar(loader=DataLoader(), variables=self.variables).template(self.variables[name])
 
+    def set_fact(self, tasks_file, name, keys=None, **given):
+        """Run one of the role's set_fact tasks (the first whose name starts with ``name``) as Ansible would: its
+        ``vars`` over the role's variables, ``given`` over both (a value the test stands in for, such as a template
+        lookup this Templar has not), then the facts (``keys``: only those) set for every later read."""
+        with open(os.path.join(ROLE, "tasks", tasks_file), encoding="utf-8") as handle:
+            task = next(t for t in yaml.safe_load(handle) if t.get("name", "").startswith(name))
+        scoped = {**self.variables, **_trust(task.get("vars") or {}), **given}
+        templar = Templar(loader=DataLoader(), variables=scoped)
+        facts = {key: templar.template(_trust(value)) for key, value in task["ansible.builtin.set_fact"].items()
+                 if keys is None or key in keys}
+        self.variables.update(facts)
+        return facts
+
     def plan(self, request=None, gpus=("10de:2330",)):
         req = {"source": "auto", "flavour": "auto", "branch": "", "version": "", "reboot": "never"}
         req.update(request or {})
@@ -222,8 +235,7 @@ def _render(name, host, plan, pkgs):
     env.filters.update({"gpuhost.nvidia." + k: v for k, v in driver_filters.FilterModule().filters().items()})
     # The plan's versionlock, as nvidia_driver_plan names it with its packages (no lockstep names here).
     pkgs = dict(pkgs, versionlock={"dnf4": _driver.versionlock_dnf4(pkgs["hold"], plan), "dnf5": _driver.versionlock_dnf5(pkgs["hold"], plan)})
-    variables = {"__nvidia_driver_plan": plan, "__nvidia_driver_pkgs": pkgs, "ansible_managed": "managed",
-                 "__nvidia_driver_pin_glob": (plan["version"] + "-*") if plan.get("version") else "%s.*" % plan["branch"]}
+    variables = {"__nvidia_driver_plan": plan, "__nvidia_driver_pkgs": pkgs, "ansible_managed": "managed"}
     with open(os.path.join(ROLE, "templates", name), encoding="utf-8") as handle:
         return env.from_string(handle.read()).render(**variables)
 
@@ -236,9 +248,10 @@ def _render_pin(plan, pkgs):
 
     with open(os.path.join(ROLE, "tasks", "install_apt.yml"), encoding="utf-8") as handle:
         task = next(t for t in yaml.safe_load(handle) if t.get("ansible.builtin.include_role", {}).get("tasks_from") == "apt_pin_deferred.yml")
+    # The plan's pin_glob, as nvidia_driver_plan names it with its packages.
+    pkgs = dict(pkgs, pin_glob=_driver.plan_packages(plan, {plan["source"]: {}}, {}, {})["pin_glob"])
     variables = {"__nvidia_driver_plan": plan, "__nvidia_driver_pkgs": pkgs, "nvidia_driver_pin": True,
-                 "__nvidia_driver_txn": {"use_pinning_package": False},
-                 "__nvidia_driver_pin_glob": (plan["version"] + "-*") if plan.get("version") else "%s.*" % plan["branch"]}
+                 "__nvidia_driver_txn": {"use_pinning_package": False}}
     pin = NativeEnvironment(undefined=jinja2.StrictUndefined).from_string(task["vars"]["internal_repository_pin"].strip()).render(**variables)
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=True)
     template = os.path.join(ROLE, "..", "internal_repository", "templates", "apt.pref.j2")
