@@ -50,8 +50,8 @@ def test_only_site_yml_s_role_plays_define_the_checked_roles() -> None:
 
 def _loads_vars(task: dict) -> bool:
     include = task.get("ansible.builtin.include_role") or {}
-    return include.get("tasks_from") == "vars.yml" or "set_vars.yml" in (task.get("ansible.builtin.include_tasks"),
-                                                                          task.get("ansible.builtin.import_tasks"))
+    files = (task.get("ansible.builtin.include_tasks"), task.get("ansible.builtin.import_tasks"))
+    return include.get("tasks_from") == "vars.yml" or "set_vars.yml" in files
 
 
 @pytest.mark.parametrize("role", ["nvidia_driver", "gpu_settings", "gpu_compose"])
