@@ -135,6 +135,8 @@ def inventory(work: Path, names: list[str]) -> Path:
     host_vars.update(groups["debian"])
     host_vars.pop("gpuhost_summary_dir", None)
     host_vars.pop("gpuhost_fast_path", None)
+    # Molecule's idempotence setting (every role's full path): a user's runs, and these, take the fast path.
+    host_vars.pop("gpuhost_converged_full_run", None)
     host_vars.update(ansible_connection="gpuhost_podman", ansible_python_interpreter="/usr/bin/python3")
     path = work / "inventory.yml"
     path.write_text(yaml.safe_dump({"all": {"vars": host_vars, "hosts": {name: {} for name in names}}}), encoding="utf-8")

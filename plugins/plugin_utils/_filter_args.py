@@ -13,6 +13,8 @@ import typing as t
 from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
+from jinja2 import Undefined
+from jinja2.exceptions import UndefinedError
 
 from ansible_collections.gpuhost.nvidia.plugins.plugin_utils._lazy import module_utils
 
@@ -107,9 +109,16 @@ def guard(name: str, function: t.Callable[..., t.Any]) -> t.Callable[..., t.Any]
 
     @functools.wraps(function)
     def wrapper(*args: t.Any, **kwargs: t.Any) -> t.Any:
+        # An undefined argument stays an undefined error, not this filter's: ansible-core 2.18 resolves every variable a
+        # conditional names before it evaluates it, so a filter in a variable that the condition would not reach (after
+        # a false `and`) gets the undefined value it depends on. As an undefined error the variable is only undefined
+        # there (the templar defers it); as a filter error the whole task fails. ansible-core 2.19 never passes one.
+        for value in list(args) + list(kwargs.values()):
+            if isinstance(value, Undefined):
+                value._fail_with_undefined_error()  # pylint: disable=protected-access
         try:
             return function(*args, **kwargs)
-        except AnsibleFilterError:
+        except (AnsibleFilterError, UndefinedError):
             raise
         except Exception as exc:  # pylint: disable=broad-exception-caught
             given = ["%s=%s" % (parameters[i] if i < len(parameters) else "args[%d]" % i, _shown(v)) for i, v in enumerate(args)]
