@@ -29,8 +29,8 @@ from ansible_collections.gpuhost.nvidia.plugins.module_utils import _hostfacts
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 TASK = "Ensure the facts used by the role are present"
-# Not setup's: the GPU facts module's, package_facts', and the dict method.
-NOT_SETUP = {"nvidia_gpu", "packages", "keys"}
+# Not setup's: the GPU facts module's, package_facts', getent's (the toolkit's rootless users), and the dict method.
+NOT_SETUP = {"nvidia_gpu", "packages", "getent_passwd", "keys"}
 # What a role reads only when it gathers it itself (vfio_passthrough's set_vars, with vfio_passthrough_cpu_vendor: auto).
 GATHERED_BY_THE_ROLE = {"processor"}
 # Read by Ansible's own action plugins rather than by our expressions: ansible.builtin.package and ansible.builtin.dnf
