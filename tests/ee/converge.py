@@ -41,6 +41,9 @@ HOST_IMAGE = "localhost/gpuhost-debian12:latest"
 HOSTS = ("gpuhost-ee-navigator", "gpuhost-ee-runner")
 PODMAN_ENV = dict(os.environ, CONTAINERS_CONF=os.environ.get("CONTAINERS_CONF", str(REPO / "tests" / "hosts" / "containers.conf")))
 RECAP = re.compile(r"^(\S+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
+# ansible-runner's output came back coloured (SGR sequences around each count of the recap) with
+# ANSIBLE_FORCE_COLOR=False in its envvars (2026-11-29): the recap is read without them.
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
 SSH_ARGS = "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o ControlMaster=auto -o ControlPersist=60s"
 
 
@@ -90,7 +93,7 @@ def connection(address: str) -> dict:
 
 
 def recap(output: str, host: str) -> dict[str, int]:
-    for match in RECAP.finditer(output):
+    for match in RECAP.finditer(ANSI.sub("", output)):
         if match.group(1) == host:
             return dict(zip(("ok", "changed", "unreachable", "failed"), map(int, match.groups()[1:])))
     return {}
@@ -156,8 +159,8 @@ def runner(image: str, work: Path, address: str, variables: dict) -> None:
         (data / sub).mkdir(parents=True, exist_ok=True)
     (data / "inventory" / "hosts.yml").write_text(yaml.safe_dump({"all": {"hosts": {host: connection(address)}}}), encoding="utf-8")
     (data / "env" / "extravars").write_text(yaml.safe_dump(variables), encoding="utf-8")
-    (data / "env" / "envvars").write_text(yaml.safe_dump({"ANSIBLE_PIPELINING": "True", "ANSIBLE_FORCE_COLOR": "False"}),
-                                          encoding="utf-8")
+    envvars = {"ANSIBLE_PIPELINING": "True", "ANSIBLE_FORCE_COLOR": "False", "ANSIBLE_NOCOLOR": "True"}
+    (data / "env" / "envvars").write_text(yaml.safe_dump(envvars), encoding="utf-8")
     shutil.copyfile(work / "id", data / "env" / "ssh_key")
     shutil.copytree(REPO / "playbooks", data / "project", dirs_exist_ok=True)
     # The private data dir is root's here, and ansible-runner hands the key to the EE as a root-owned 0600 file: the
