@@ -251,6 +251,7 @@ def test_ubuntu2604_pascal_is_sent_to_ubuntus_own_580():
 
 def test_ubuntu2604_kernel_flavour_knows_its_ga_and_hwe_kernels():
     assert Host("ubuntu2604")["__nvidia_driver_ubuntu_kernel_flavour"] == "generic"
+    assert Host("ubuntu2604")["__nvidia_driver_headers_follow_packages"] == ["linux-headers-generic"]
     hwe = Host("ubuntu2604")
     hwe.variables["ansible_facts"] = dict(hwe.facts, kernel="7.2.0-12-generic")
     assert hwe["__nvidia_driver_ubuntu_kernel_flavour"] == "generic-hwe-26.04"
