@@ -133,6 +133,7 @@ BRANCH_MAX_CUDA: dict[int, str] = {
     590: "13.1",
     595: "13.2",
     610: "13.3",
+    615: "13.4",
 }
 
 # Branches whose highest CUDA minor version no public source states: only the CUDA major version that NVIDIA's data
@@ -145,7 +146,8 @@ BRANCH_MAX_CUDA_MAJOR: dict[int, int] = {
 # "Supported Drivers and CUDA Toolkit Versions" (editions 615 and 620; the 580 edition gave R580 "August 2028"), each
 # with a second, independent source (docs/sources.md). NVIDIA's pages also list R610 (New Feature Branch, August 2026)
 # and R620 (Long Term Support Branch, September 2029), but no second source was found: they are left out rather than
-# reported as facts.
+# reported as facts. R590 is a "new feature branch" on NVIDIA's forum and a production branch on a lifecycle tracker,
+# and R615 is in neither edition's table: the sources disagree or are silent, so neither is listed.
 BRANCH_LIFECYCLE: dict[int, tuple[str, str | None]] = {
     580: ("Long Term Support Branch", "2028-06"),
     595: ("Production Branch", "2027-03"),

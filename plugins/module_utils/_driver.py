@@ -309,7 +309,7 @@ def _stage_source(
 ) -> tuple[str | None, Mapping[str, t.Any], list[str]]:
     """The distribution's support and the driver source; no source (None) ends the plan."""
     if not capabilities.get("supported"):
-        supported = capabilities.get("supported_list") or "Debian 12/13, Ubuntu 22.04/24.04, EL 8-10, Fedora 41/42, Arch Linux"
+        supported = capabilities.get("supported_list") or "Debian 12/13, Ubuntu 22.04/24.04/26.04, EL 8-10, Fedora 41-44, Arch Linux"
         return None, {}, ["unsupported distribution %s: this role supports %s" % (distro, supported)]
     versions = [str(v) for v in as_list(capabilities.get("versions"))]
     major = str(host.get("distribution_major_version") or "")
@@ -334,6 +334,12 @@ def _stage_branch(branch: int | None, source: str, src_caps: Mapping[str, t.Any]
         default = src_caps.get("default_branch")
         branch = parse_branch(default) if default not in (None, "") else None
         branch_from_default = branch is not None
+        # A repository whose branches no two public sources agree on has no default: the request must name one.
+        if branch is None and src_caps.get("default_branch_unconfirmed"):
+            errors.append(
+                "no default driver branch for the %s source on %s: %s; set nvidia_driver_branch (or nvidia_driver_version) to a "
+                "branch the repository carries" % (source, distro, src_caps.get("default_branch_unconfirmed"))
+            )
     if branch is not None and offered and branch not in offered:
         errors.append(
             "driver branch %d is not offered by the %s source on %s (offered: %s)" % (branch, source, distro, ", ".join(str(b) for b in offered))

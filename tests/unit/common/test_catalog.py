@@ -169,7 +169,10 @@ def test_open_module_and_legacy_branches():
         ("610", "13.3", True),  # R610's nvidia-smi header: "CUDA UMD Version: 13.3" (docs/sources.md)
         ("610", "13.4", False),
         ("620", "13.3", True),  # at least what 610 runs
-        ("620", "13.4", None),  # above every known maximum: no source says, the catalog does not guess
+        ("615", "13.4", True),  # R615's nvidia-smi header: "CUDA UMD Version: 13.4" (docs/sources.md)
+        ("615", "13.5", False),
+        ("620", "13.4", True),  # at least what 615 runs
+        ("620", "13.5", None),  # above every known maximum: no source says, the catalog does not guess
         ("620", "14.0", False),  # past the CUDA major NVIDIA's support matrix lists
         ("580", "13.1", False),
         ("590", "13.1", True),
@@ -182,13 +185,13 @@ def test_branches_580_to_620(branch, cuda, expected):
 def test_branch_lifecycle_and_default():
     assert _catalog.branch_lifecycle(580) == {"designation": "Long Term Support Branch", "end_of_life": "2028-06"}
     assert _catalog.branch_lifecycle("595") == {"designation": "Production Branch", "end_of_life": "2027-03"}
-    # Single-sourced lifecycles (610, 620) are not reported (docs/sources.md, unconfirmed).
-    assert _catalog.branch_lifecycle(620) is None and _catalog.branch_lifecycle(610) is None
+    # Single-sourced lifecycles (610, 620) and those no source states (615) are not reported (docs/sources.md, unconfirmed).
+    assert _catalog.branch_lifecycle(620) is None and _catalog.branch_lifecycle(610) is None and _catalog.branch_lifecycle(615) is None
     assert _catalog.branch_lifecycle(123) is None
     assert _catalog.DEFAULT_BRANCH == 580
     # The default drives every architecture the roles support.
     assert all((_catalog.last_supported_branch(a) or 10**6) >= _catalog.DEFAULT_BRANCH for a in ("Maxwell", "Pascal", "Volta", "Blackwell"))
-    assert _catalog.known_branches(580) == [580, 590, 595, 610, 620]
+    assert _catalog.known_branches(580) == [580, 590, 595, 610, 615, 620]
     assert _catalog.is_known_branch("610") and not _catalog.is_known_branch(600)
 
 

@@ -407,12 +407,12 @@ def test_plan_carries_the_branch_lifecycle():
 
 
 def test_unconfirmed_cuda_minor_is_an_error_not_a_guess():
-    p = plan({"branch": "620", "cuda_version": "13.4"})
+    p = plan({"branch": "620", "cuda_version": "13.5"})
     assert p["errors"] == [
-        "cannot tell whether driver 620 runs CUDA 13.4: no public source the catalog records says so (docs/sources.md); choose a branch "
+        "cannot tell whether driver 620 runs CUDA 13.5: no public source the catalog records says so (docs/sources.md); choose a branch "
         "the catalog knows to run it, or leave nvidia_driver_cuda_version empty"
     ]
-    assert plan({"branch": "620", "cuda_version": "13.3"})["errors"] == []  # 610 runs 13.3, and 620 is newer
+    assert plan({"branch": "620", "cuda_version": "13.4"})["errors"] == []  # 615 runs 13.4, and 620 is newer
 
 
 UBUNTU_NVIDIA_TABLE = {

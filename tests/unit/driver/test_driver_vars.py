@@ -57,6 +57,19 @@ HOSTS = {
               "pkg_mgr": "dnf"},
     "fedora42": {"distribution": "Fedora", "os_family": "RedHat", "distribution_major_version": "42", "distribution_version": "42",
                  "pkg_mgr": "dnf5"},
+    "ubuntu2604": {"distribution": "Ubuntu", "os_family": "Debian", "distribution_major_version": "26", "distribution_version": "26.04",
+                   "pkg_mgr": "apt", "kernel": "7.0.0-31-generic"},
+    "fedora43": {"distribution": "Fedora", "os_family": "RedHat", "distribution_major_version": "43", "distribution_version": "43",
+                 "pkg_mgr": "dnf5"},
+    "fedora44": {"distribution": "Fedora", "os_family": "RedHat", "distribution_major_version": "44", "distribution_version": "44",
+                 "pkg_mgr": "dnf5"},
+    # Releases no vars file names: they must be refused, not given a neighbour's repository.
+    "ubuntu2510": {"distribution": "Ubuntu", "os_family": "Debian", "distribution_major_version": "25", "distribution_version": "25.10",
+                   "pkg_mgr": "apt", "kernel": "6.17.0-5-generic"},
+    "fedora45": {"distribution": "Fedora", "os_family": "RedHat", "distribution_major_version": "45", "distribution_version": "45",
+                 "pkg_mgr": "dnf5"},
+    "debian14": {"distribution": "Debian", "os_family": "Debian", "distribution_major_version": "14", "distribution_version": "14.0",
+                 "pkg_mgr": "apt"},
     "arch": {"distribution": "Archlinux", "os_family": "Archlinux", "distribution_major_version": "", "distribution_version": "",
              "pkg_mgr": "pacman", "kernel": "6.12.1-arch1-1"},
 }
@@ -210,6 +223,78 @@ def test_fedora_uses_dnf5_versionlock_and_nvidias_rpm_key():
     assert host.repo()["key_fingerprint"] == "610C7B14E068A878070DA4E99CD0A493D42D0685"
     assert host["__nvidia_driver_versionlock_plugin_packages"] == []
     assert Host("rocky10")["__nvidia_driver_versionlock_plugin_packages"] == ["python3-dnf-plugin-versionlock"]
+
+
+def test_ubuntu2604_has_its_own_key_and_starts_at_595():
+    host = Host("ubuntu2604")
+    assert host.files == ["Debian.yml", "Ubuntu.yml", "Ubuntu_26.04.yml"]
+    plan = host.plan()
+    assert (plan["errors"], plan["source"], plan["branch"]) == ([], "nvidia", 595)
+    assert plan["lifecycle"] == {"designation": "Production Branch", "end_of_life": "2027-03"}
+    assert host.repo() == {"url": CUDA + "ubuntu2604/x86_64/", "key_url": CUDA + "ubuntu2604/x86_64/60DF8A40.pub",
+                           "key_fingerprint": "14BAFBC7562AD710CA04E69905FBB6DA60DF8A40"}
+    pkgs = host.packages(plan)
+    assert (pkgs["module"]["open"], pkgs["userspace"], pkgs["pinning"]) == (["nvidia-dkms-open"], ["libnvidia-compute", "nvidia-utils"],
+                                                                            "nvidia-driver-pinning-595")
+    assert "its repository starts at branch 595" in host.plan({"branch": "580"})["errors"][0]
+
+
+def test_ubuntu2604_pascal_is_sent_to_ubuntus_own_580():
+    host = Host("ubuntu2604")
+    errors = host.plan(gpus=(PASCAL,))["errors"]
+    assert len(errors) == 1 and errors[0].startswith("driver branch 595 no longer supports Pascal GPU 0000:01:00.0: its last branch is 580")
+    assert "Ubuntu's own 580" in errors[0]
+    distro = host.plan({"source": "distro"}, gpus=(PASCAL,))
+    assert (distro["errors"], distro["branch"], distro["flavour"]) == ([], 580, "proprietary")
+    assert host.packages(distro)["module"]["proprietary"] == ["linux-modules-nvidia-580-server-generic"]
+
+
+def test_ubuntu2604_kernel_flavour_knows_its_ga_and_hwe_kernels():
+    assert Host("ubuntu2604")["__nvidia_driver_ubuntu_kernel_flavour"] == "generic"
+    assert Host("ubuntu2604")["__nvidia_driver_headers_follow_packages"] == ["linux-headers-generic"]
+    hwe = Host("ubuntu2604")
+    hwe.variables["ansible_facts"] = dict(hwe.facts, kernel="7.2.0-12-generic")
+    assert hwe["__nvidia_driver_ubuntu_kernel_flavour"] == "generic-hwe-26.04"
+
+
+@pytest.mark.parametrize("name, key", [("fedora43", "1940C73E"), ("fedora44", "73CD9B30")])
+def test_fedora_43_and_44_have_their_own_keys_and_no_default_branch(name, key):
+    host = Host(name)
+    release = HOSTS[name]["distribution_major_version"]
+    assert host.files == ["RedHat.yml", "Fedora.yml", "Fedora_%s.yml" % release]
+    assert host.repo()["key_url"] == CUDA + "fedora%s/x86_64/%s.pub" % (release, key)
+    assert host.repo()["url"] == CUDA + "fedora%s/x86_64/" % release
+    assert host["__nvidia_driver_versionlock_file"] == "/etc/dnf/versionlock.toml"
+    assert host["__nvidia_driver_dnf_modules"] is False
+    errors = host.plan()["errors"]
+    assert len(errors) == 1
+    assert errors[0].startswith("no default driver branch for the nvidia source on Fedora %s: no two public sources agree" % release)
+    assert errors[0].endswith("set nvidia_driver_branch (or nvidia_driver_version) to a branch the repository carries")
+    chosen = host.plan({"branch": "610"})
+    assert (chosen["errors"], chosen["branch"]) == ([], 610)
+    by_version = host.plan({"version": "610.43.02"})
+    assert (by_version["errors"], by_version["branch"]) == ([], 610)
+    assert host.packages(chosen)["module"]["open"] == ["kmod-nvidia-open-dkms"]
+
+
+def test_fedora44_fingerprint_is_pinned_and_fedora43s_is_left_to_the_user():
+    assert Host("fedora44").repo()["key_fingerprint"] == "129994480EC63D2789BC98E490DFED2F73CD9B30"
+    repo = Host("fedora43").repo()
+    assert repo["key_fingerprint"] == "" and "nvidia_driver_repo_key_fingerprint" in repo["key_note"]
+    assert "1940C73E" in repo["key_note"]
+
+
+@pytest.mark.parametrize("name, message", [
+    ("ubuntu2510", "unsupported Ubuntu release 25.10: this role supports Ubuntu 22.04, 24.04"),
+    ("fedora45", "unsupported Fedora release 45: this role supports Fedora 41, 42"),
+    ("debian14", "unsupported Debian release 14.0: this role supports Debian 12"),
+])
+def test_a_release_without_its_own_file_is_refused_before_anything_changes(name, message):
+    host = Host(name)
+    assert not any(layer.startswith(("Ubuntu_", "Fedora_", "Debian_")) for layer in host.files)
+    plan = host.plan()
+    assert plan["errors"] == [message]
+    assert plan["source"] is None and plan["branch"] is None
 
 
 def test_arch_takes_the_prebuilt_module_on_archs_kernel():

@@ -56,6 +56,33 @@ def test_ubuntu_and_release_files_layer_on_the_family_file() -> None:
     assert files("gpu_compose", HOSTS["arch"]) == ["Archlinux.yml"]
 
 
+NEW_RELEASES = {
+    "ubuntu2604": {"distribution": "Ubuntu", "os_family": "Debian", "distribution_major_version": "26", "distribution_version": "26.04"},
+    "fedora43": {"distribution": "Fedora", "os_family": "RedHat", "distribution_major_version": "43", "distribution_version": "43"},
+    "fedora44": {"distribution": "Fedora", "os_family": "RedHat", "distribution_major_version": "44", "distribution_version": "44"},
+    "ubuntu2510": {"distribution": "Ubuntu", "os_family": "Debian", "distribution_major_version": "25", "distribution_version": "25.10"},
+    "fedora45": {"distribution": "Fedora", "os_family": "RedHat", "distribution_major_version": "45", "distribution_version": "45"},
+}
+
+
+@pytest.mark.parametrize(("host", "layers", "versions"), [
+    ("ubuntu2604", ["Debian.yml", "Ubuntu.yml", "Ubuntu_26.04.yml"], ["26.04"]),
+    ("fedora43", ["RedHat.yml", "Fedora.yml", "Fedora_43.yml"], ["43"]),
+    ("fedora44", ["RedHat.yml", "Fedora.yml", "Fedora_44.yml"], ["44"]),
+    # No file of their own: the distribution's, whose versions do not name them (the driver plan refuses them).
+    ("ubuntu2510", ["Debian.yml", "Ubuntu.yml"], ["22.04", "24.04"]),
+    ("fedora45", ["RedHat.yml", "Fedora.yml"], ["41", "42"]),
+])
+def test_the_driver_releases_of_2026_layer_their_own_file(host: str, layers: list[str], versions: list[str]) -> None:
+    facts = NEW_RELEASES[host]
+    assert files("nvidia_driver", facts) == layers
+    resolved = resolve("nvidia_driver", facts)
+    assert resolved["__nvidia_driver_capabilities"]["versions"] == versions
+    # A release is supported exactly when it has a file of its own.
+    named = facts["distribution_version"] in versions or facts["distribution_major_version"] in versions
+    assert named == (len(layers) == 3)
+
+
 @pytest.mark.parametrize("path", sorted(p for p in ROLES.glob("*/vars/*_*.yml") if p.name != "main.yml")
                          + sorted(ROLES.glob("*/vars/Ubuntu.yml")) + sorted(ROLES.glob("*/vars/Fedora.yml")))
 def test_a_layered_file_repeats_no_value_of_the_file_under_it(path: pathlib.Path) -> None:
