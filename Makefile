@@ -91,7 +91,8 @@ changelog-lint: venv
 build: venv
 	tests/build/check.sh
 
-# Only the images the chosen scenarios run on (all of them without ROLE or MOLECULE_SCENARIOS).
+# Only the images the chosen scenarios run on (without ROLE or MOLECULE_SCENARIOS: those of the scenarios run.sh then
+# runs, the on-demand ones left out unless GPUHOST_MOLECULE_ALL=1).
 molecule: venv deps repos
 	tests/hosts/build.sh $$($(VBIN)/python tests/molecule/images.py $(or $(ROLE),$(MOLECULE_SCENARIOS)))
 	tests/molecule/run.sh $(ROLE) $(DISTRO)

@@ -42,8 +42,11 @@ for platform in platforms:
 PY
 }
 
-# Longest first, so that the last scenario to start is a short one (the others follow in name order).
-LONGEST_FIRST=(site nvidia_driver ubuntu absent nvidia_container_toolkit vfio_passthrough gpu_settings gpu_compose gpu_doctor gpu_exporter repos nvidia_gpu_facts)
+# Longest first, so that the last scenario to start is a short one and the two lanes finish together (the others
+# follow in name order). The order of the CI scenarios follows their times in the last clean-clone rehearsal: site 940 s,
+# ubuntu 787, nvidia_container_toolkit 658, vfio_passthrough 504, absent 352, gpu_exporter 332 (two lanes: 1796 s, where
+# the order before, absent third, took 1930).
+LONGEST_FIRST=(site nvidia_driver ubuntu nvidia_container_toolkit vfio_passthrough absent gpu_exporter gpu_settings gpu_compose gpu_doctor repos nvidia_gpu_facts)
 scenarios=()
 for name in "${LONGEST_FIRST[@]}" $(find molecule -mindepth 2 -maxdepth 2 -name molecule.yml -printf '%h\n' | sed 's|molecule/||' | sort); do
     [[ -f "molecule/$name/molecule.yml" ]] || continue
@@ -91,16 +94,38 @@ if [[ -n "$GPUHOST_DISTRO" ]]; then
     scenarios=("${with_distro[@]}")
 fi
 
+# Molecule's step lines ("INFO  site ➜ converge: Executing", "... Executed: Successful") with the seconds since the
+# scenario started in front, so that the log shows where the time went (step_times sums them per step).
+stamp_steps() {
+    local start="$1" line
+    while IFS= read -r line; do
+        [[ "$line" == *" ➜ "*Execut* ]] && line="[+$((SECONDS - start))s] $line"
+        printf '%s\n' "$line"
+    done
+}
+
+# "create 21 prepare 40 check 95 ..." from a stamped log: seconds per step, in the order the steps first ran (a step
+# that runs twice, check or destroy, is summed).
+step_times() {
+    sed 's/\x1b\[[0-9;]*m//g' "$1" | awk '
+        /^\[\+[0-9]+s\] .* ➜ [a-z_]+: Executing$/ { t = substr($1, 3) + 0; sub(/:$/, "", $5); step = $5; began = t }
+        /^\[\+[0-9]+s\] .* ➜ [a-z_]+: Executed/ && step != "" { t = substr($1, 3) + 0
+            if (!(step in secs)) order[++n] = step; secs[step] += t - began; step = "" }
+        END { for (i = 1; i <= n; i++) printf "%s%s %d", (i > 1 ? " " : ""), order[i], secs[order[i]] }'
+}
+
 run_one() {
-    local name="$1" start rc=0 platform
+    local name="$1" start rc=0 platform status
     start=$SECONDS
     if [[ -z "$GPUHOST_DISTRO" ]]; then
-        molecule test -s "$name" >"$out/$name.log" 2>&1
-        rc=$?
+        molecule test -s "$name" 2>&1 | stamp_steps "$start" >"$out/$name.log"
+        rc=${PIPESTATUS[0]}
     else
         : >"$out/$name.log"
         for platform in $(platforms_for "$name"); do
-            molecule test -s "$name" --platform-name "$platform" >>"$out/$name.log" 2>&1 || rc=$?
+            molecule test -s "$name" --platform-name "$platform" 2>&1 | stamp_steps "$start" >>"$out/$name.log"
+            status=${PIPESTATUS[0]}
+            ((status == 0)) || rc=$status
         done
     fi
     echo "$rc $((SECONDS - start))" >"$out/$name.result"
@@ -135,6 +160,7 @@ for name in "${scenarios[@]}"; do
     fi
     passed_tests=$((passed_tests + tests))
     printf 'molecule %-28s %s  %3d s  testinfra: %d passed, %d failed, %d skipped\n' "$name" "$status" "$secs" "$tests" "$bad" "$skipped"
+    printf 'molecule %-28s steps (s): %s\n' "$name" "$(step_times "$out/$name.log")"
 done
 printf 'molecule: %d passed, %d failed%s\n' "$((${#scenarios[@]} - failed))" "$failed" \
     "$( ((${#on_demand[@]})) && echo "; on demand, not run: ${on_demand[*]}")"

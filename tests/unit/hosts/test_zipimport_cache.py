@@ -15,13 +15,25 @@ import pytest
 CACHE_MODULE = Path(__file__).resolve().parents[2] / "hosts" / "debian12" / "gpuhost_test_zipimport_cache.py"
 
 
+def _load(name: str = "gpuhost_test_zipimport_cache"):
+    """The module, loaded from the image's directory without writing bytecode there: tests/hosts/build.sh keys the test
+    images by every file in that directory, so a __pycache__ written while `make test` runs changes the key and rebuilds
+    debian12 and every image built on it."""
+    spec = importlib.util.spec_from_file_location(name, CACHE_MODULE)
+    module = importlib.util.module_from_spec(spec)
+    written, sys.dont_write_bytecode = sys.dont_write_bytecode, True
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.dont_write_bytecode = written
+    return module
+
+
 @pytest.fixture(name="cache")
 def _cache(tmp_path, monkeypatch):
     """Load the cache module with its cache under tmp_path; zipimport is restored afterwards."""
     monkeypatch.setattr(zipimport, "_compile_source", zipimport._compile_source)  # restored by monkeypatch
-    spec = importlib.util.spec_from_file_location("gpuhost_test_zipimport_cache", CACHE_MODULE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = _load()
     monkeypatch.setattr(module, "CACHE_DIR", str(tmp_path / "cache"))
     return module
 
@@ -87,3 +99,10 @@ def test_a_corrupt_cache_entry_is_compiled_again(cache, tmp_path):
     (entry,) = list((tmp_path / "cache").iterdir())
     entry.write_bytes(b"\x00garbage")
     assert _import_from_zip(tmp_path, "gpuhost_zc_demo", "VALUE = 4\n", "e.zip").VALUE == 4
+
+
+def test_loading_it_leaves_no_bytecode_in_the_image_directory(monkeypatch):
+    """A stale one from an older checkout also fails here: it changes the images' key (delete the __pycache__)."""
+    monkeypatch.setattr(zipimport, "_compile_source", zipimport._compile_source)  # restored by monkeypatch
+    _load("gpuhost_test_zipimport_cache_probe")
+    assert not (CACHE_MODULE.parent / "__pycache__").exists(), CACHE_MODULE.parent / "__pycache__"
