@@ -101,12 +101,11 @@ def _absent_packages(installed: list[str]) -> list[str]:
     host = _ubuntu_host("ubuntu2404", "6.8.0-1031-azure")
     variables = {**host.variables, **{k: trust_as_template(v) if isinstance(v, str) else v for k, v in absent_vars.items()}}
     templar = Templar(loader=DataLoader(), variables=variables)
-    # tasks/absent.yml's nvidia_driver_host read: the installed packages named by the tokens or starting with a prefix.
-    tokens = templar.template(variables["__nvidia_driver_absent_tokens"])
-    selected = _driver_probe.select_installed({name: [{"version": "1"}] for name in installed}, [t for t in tokens if "{" not in t],
-                                              templar.template(variables["__nvidia_driver_absent_prefixes"]))
+    # tasks/absent.yml's nvidia_driver_host read: the installed packages named by the query or starting with a prefix.
+    asked = templar.template(variables["__nvidia_driver_absent"])
+    selected = _driver_probe.select_installed({name: [{"version": "1"}] for name in installed}, asked["query"], asked["prefixes"])
     variables["__nvidia_driver_absent_installed"] = {"packages": selected}
-    return Templar(loader=DataLoader(), variables=variables).template(variables["__nvidia_driver_absent_packages"])
+    return Templar(loader=DataLoader(), variables=variables).template(variables["__nvidia_driver_absent"])["packages"]
 
 
 def test_ubuntu_absent_removes_the_signed_modules_signatures_and_objects_by_prefix() -> None:
