@@ -80,15 +80,29 @@ def test_absent_removes_the_same_packages_as_before(installed: dict) -> None:
     assert (result["packages"], result["lockstep"]) == (packages, lockstep)
 
 
-def test_the_role_wires_the_absent_plan_through_one_variable() -> None:
-    host = Host("debian12")
+# What tasks/main.yml hands absent.yml: one variable, the filter over the tables, the host read and the unit name.
+ABSENT_WIRING = ("{{ __nvidia_driver_packages | gpuhost.nvidia.nvidia_driver_absent_plan(__nvidia_driver_absent_installed.packages "
+                 "| default(none), __nvidia_driver_fabric_manager_service | default('')) }}")
+
+
+def absent_plan(variables: dict) -> dict:
+    """tasks/main.yml's ``__nvidia_driver_absent`` for ``variables``: its arguments templated as Ansible templates them,
+    then the filter (this Templar has no collection filters)."""
     absent_vars = _task_vars("main.yml", "Remove what the role added")
     assert list(absent_vars) == ["__nvidia_driver_absent"]
-    variables = dict(host.variables, **_trust(absent_vars))
-    before_read = _template(variables, "{{ __nvidia_driver_absent }}")
-    assert before_read["units"] == ["nvidia-persistenced.service", _template(variables, "{{ __nvidia_driver_fabric_manager_service }}")]
-    variables["__nvidia_driver_absent_installed"] = {"packages": {"nvidia-driver": [{"version": "1"}]}}
-    assert _template(variables, "{{ __nvidia_driver_absent }}")["packages"] == ["nvidia-driver"]
+    assert " ".join(absent_vars["__nvidia_driver_absent"].split()) == " ".join(ABSENT_WIRING.split())
+    args = _template(variables, ["{{ __nvidia_driver_packages }}", "{{ __nvidia_driver_absent_installed.packages | default(none) }}",
+                                 "{{ __nvidia_driver_fabric_manager_service | default('') }}"])
+    return driver_filters.FilterModule().filters()["nvidia_driver_absent_plan"](*args)
+
+
+def test_the_role_wires_the_absent_plan_through_one_variable() -> None:
+    host = Host("debian12")
+    before_read = absent_plan(dict(host.variables))
+    assert before_read["units"] == ["nvidia-persistenced.service", host["__nvidia_driver_fabric_manager_service"]]
+    assert before_read["query"] == _driver.absent_plan(host["__nvidia_driver_packages"])["query"]
+    after_read = absent_plan(dict(host.variables, __nvidia_driver_absent_installed={"packages": {"nvidia-driver": [{"version": "1"}]}}))
+    assert after_read["packages"] == ["nvidia-driver"]
 
 
 RESOLVED = {"install": ["nvidia-driver", "nvidia-open-kernel-dkms", "nvidia-driver"],
