@@ -19,7 +19,7 @@ import pytest
 import yaml
 from ansible.errors import AnsibleFilterError
 from ansible.parsing.dataloader import DataLoader
-from ansible.template import Templar, trust_as_template
+from ansible.template import Templar
 
 from ansible_collections.gpuhost.nvidia.plugins.filter import driver as driver_filters
 from ansible_collections.gpuhost.nvidia.plugins.module_utils import _driver

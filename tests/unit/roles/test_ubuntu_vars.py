@@ -20,8 +20,6 @@ import typing as t
 
 import pytest
 import yaml
-from ansible.parsing.dataloader import DataLoader
-from ansible.template import Templar, trust_as_template
 
 from ansible_collections.gpuhost.nvidia.plugins.module_utils import _driver, _driver_probe
 
