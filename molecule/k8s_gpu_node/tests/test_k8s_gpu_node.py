@@ -190,7 +190,8 @@ def test_fast_path_sees_an_edited_file_and_one_run_repairs_it(host, gpuhost_inst
     after that takes the fast path again. Worker and image: the nvidia runtime's binary in containerd's drop-in; k3s
     (no drop-in of the role's there): the feature file."""
     record = json.loads(host.file(RECORD).content_string)
-    assert record["confirmed"] and record["outputs"]["k8s_gpu_node_report"], record
+    # The report may be empty (Debian 13's containerd 1.7 has CDI, and nothing was restarted): recorded all the same.
+    assert record["confirmed"] and isinstance(record["outputs"]["k8s_gpu_node_report"], list), record
     fast = _converge_fast(gpuhost_instance)
     probes = _task_results(fast, gpuhost_instance, PROBE_TASK)
     assert [p["converged"] for p in probes] == [True], probes
