@@ -3,13 +3,15 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 
 """Driver filters: nvidia_driver_plan, nvidia_driver_transaction, nvidia_driver_candidate_errors, nvidia_driver_packages, nvidia_driver_versionlock,
-nvidia_driver_move, nvidia_driver_package_specs, nvidia_driver_lockstep, nvidia_driver_lockstep_hold, nvidia_driver_dnf_versions.
+nvidia_driver_move, nvidia_driver_package_specs, nvidia_driver_lockstep, nvidia_driver_lockstep_hold, nvidia_driver_dnf_versions,
+nvidia_driver_dkms_lines, nvidia_driver_module_params_file, nvidia_driver_absent_plan.
 
 The key fingerprint filters are in gpg.py.
 
 Their documentation is in the sidecar .yml files. The decisions live in module_utils/_driver.py. The role makes two
 calls per run: nvidia_driver_plan (with its package tables) before any change, and nvidia_driver_transaction once the
 repositories answered; the other filters are the single steps of these two, kept for playbooks that call them.
+State absent makes one: nvidia_driver_absent_plan.
 """
 
 from __future__ import annotations
@@ -133,9 +135,29 @@ def _answers(host: t.Mapping[str, t.Any], pkg_mgr: str) -> dict[str, t.Any]:
             "hold_pending": _flag(host.get("hold_pending"), "host.hold_pending"), "check_mode": _flag(host.get("check_mode"), "host.check_mode")}
 
 
+RECORD_PATH_KEYS = ("pin", "versionlock", "dnf_module", "repo", "key", "keyring")
+
+
+def _record_paths(value: t.Any) -> dict[str, t.Any]:
+    """The files the converged record may list (``role.record_paths``): each an absolute path or "" (none here), and
+    ``modprobe`` a list of absolute paths."""
+    paths = dict(mapping(value, "%s role.record_paths" % TXN))
+    for key in RECORD_PATH_KEYS:
+        path = _text(paths.get(key), "role.record_paths.%s" % key)
+        if path and not path.startswith("/"):
+            raise AnsibleFilterError("%s: role.record_paths.%s must be an absolute path or \"\", got %r" % (TXN, key, path))
+        paths[key] = path
+    modprobe = _names(paths.get("modprobe"), "role.record_paths.modprobe")
+    relative = [path for path in modprobe if not path.startswith("/")]
+    if relative:
+        raise AnsibleFilterError("%s: role.record_paths.modprobe must be a list of absolute paths, got %r" % (TXN, relative[0]))
+    paths["modprobe"] = modprobe
+    return paths
+
+
 def _transaction_role(role: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
     request = mapping(role.get("request"), "%s role.request" % TXN)
-    return dict(role, candidate_package=_text(role.get("candidate_package"), "role.candidate_package"),
+    return dict(role, record_paths=_record_paths(role.get("record_paths")), candidate_package=_text(role.get("candidate_package"), "role.candidate_package"),
                 install=_names(role.get("install"), "role.install"), pin=_flag(role.get("pin"), "role.pin"),
                 dnf_modules=_flag(role.get("dnf_modules"), "role.dnf_modules"),
                 request={"cuda_version": _text(request.get("cuda_version"), "role.request.cuda_version"),
@@ -282,6 +304,16 @@ def nvidia_driver_module_params_file(params: t.Any) -> str:
     return _nvreg.content(params)
 
 
+def nvidia_driver_absent_plan(tables: t.Any, installed: t.Any = None, fabric_manager_service: t.Any = "") -> dict[str, t.Any]:
+    """What state absent removes: the package names to look for (every name of the package tables), the driver's
+    daemons, and with ``installed`` (the host read's packages) the installed ones to remove."""
+    tables_map = mapping(tables, "nvidia_driver_absent_plan tables")
+    installed_map = None if installed is None else mapping(installed, "nvidia_driver_absent_plan installed")
+    if fabric_manager_service is not None and not isinstance(fabric_manager_service, str):
+        raise AnsibleFilterError("nvidia_driver_absent_plan: fabric_manager_service must be a unit name, got %r" % (fabric_manager_service,))
+    return _driver.absent_plan(tables_map, installed_map, fabric_manager_service or "")
+
+
 class FilterModule:
     def filters(self) -> dict[str, t.Callable[..., t.Any]]:
         return guarded({
@@ -297,4 +329,5 @@ class FilterModule:
             "nvidia_driver_dnf_versions": nvidia_driver_dnf_versions,
             "nvidia_driver_dkms_lines": nvidia_driver_dkms_lines,
             "nvidia_driver_module_params_file": nvidia_driver_module_params_file,
+            "nvidia_driver_absent_plan": nvidia_driver_absent_plan,
         })

@@ -1220,6 +1220,72 @@ def transaction(plan_result: Mapping[str, t.Any], resolved: Mapping[str, t.Any],
         "lockstep": lockstep,
         "pin_method": pin_method(pkg_mgr, use_pinning, pinning, _names(resolved.get("hold")), bool(role.get("dnf_modules")),
                                  bool(plan_result.get("version"))),
+        "record": converged_record(resolved, install, lockstep, use_pinning, pkg_mgr, role.get("record_paths") or {}),
+    }
+
+
+def converged_record(resolved: Mapping[str, t.Any], install: t.Any, lockstep: Mapping[str, t.Any], use_pinning: bool, pkg_mgr: str,
+                     paths: Mapping[str, t.Any]) -> dict[str, list[str]]:
+    """What the converged record of a run that acted lists (the role's record.yml include): ``files`` - the apt pin
+    file, Fabric Manager's exact-version hold beside it (while there is one to hold), dnf's versionlock list and
+    module file, the repository file, its key and keyring, then the modprobe.d and DKMS files (``paths``, the role's
+    own); ``packages`` - the install list, the other flavour's module packages (recorded absent: installing one later is
+    drift) and NVIDIA's pinning package when it holds the branch. Each once, in that order, empty names left out."""
+    pin = str(paths.get("pin") or "")
+    dnf = pkg_mgr == "dnf"
+    files = [pin, re.sub(r"[.]pref$", "-lockstep.pref", pin) if _names(lockstep.get("hold")) else "",
+             paths.get("versionlock") if dnf else "", paths.get("dnf_module") if dnf else "",
+             paths.get("repo"), paths.get("key"), paths.get("keyring")] + as_list(paths.get("modprobe"))
+    modules = resolved.get("module") if isinstance(resolved.get("module"), Mapping) else {}
+    other = resolved.get("other_flavour")
+    packages = (_names(install) + (_names(modules.get(other)) if other else [])
+                + ([str(resolved.get("pinning"))] if use_pinning and resolved.get("pinning") else []))
+    return {"files": list(dict.fromkeys(str(f) for f in files if f)), "packages": list(dict.fromkeys(p for p in packages if p))}
+
+
+# A package name in the role's package tables, as state absent looks for them: one of apt's, dnf's or pacman's name
+# characters, or a template such as nvidia-fabricmanager-{branch} (looked for by its prefix).
+_TABLE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9+._{}-]*")
+
+
+def _json_key(key: t.Any) -> t.Any:
+    """A mapping key as JSON writes it (a number or a boolean becomes its JSON text): the tables' names were once found
+    in their JSON text, keys included."""
+    if isinstance(key, bool):
+        return "true" if key else "false"
+    if key is None:
+        return "null"
+    return str(key) if isinstance(key, int) else key
+
+
+def absent_plan(tables: t.Any, installed: t.Any = None, fabric_manager_service: str = "") -> dict[str, t.Any]:
+    """What state absent removes: ``query`` - every package name of the distribution's package tables (every source
+    and flavour) and ``prefixes`` - the prefixes of the templated ones, for the one read of what is installed;
+    ``units`` - the driver's daemons to stop and disable first. With ``installed`` (that read's packages):
+    ``packages`` - the installed ones to remove, sorted, and ``lockstep`` - whether Fabric Manager or NSCQ is among
+    them (their exact-version hold exists only beside them)."""
+    found: list[str] = []
+
+    def walk(value: t.Any) -> None:
+        if isinstance(value, Mapping):
+            for key, item in value.items():
+                walk(_json_key(key))
+                walk(item)
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                walk(item)
+        elif isinstance(value, str) and _TABLE_NAME_RE.fullmatch(value):
+            found.append(value)
+
+    walk(tables)
+    names = list(dict.fromkeys(found))
+    packages = sorted(installed) if isinstance(installed, Mapping) else []
+    return {
+        "query": [n for n in names if "{" not in n],
+        "prefixes": [p for p in (re.sub(r"[{].*$", "", n) for n in names if "{" in n) if p],
+        "units": ["nvidia-persistenced.service", fabric_manager_service or "nvidia-fabricmanager.service"],
+        "packages": packages,
+        "lockstep": any(re.search(r"fabric.?manager|nscq", n) for n in packages),
     }
 
 

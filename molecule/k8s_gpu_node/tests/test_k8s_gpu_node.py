@@ -1,8 +1,9 @@
-"""k8s_gpu_node on Debian 12 with Debian's real containerd, and a k3s agent's file layout: see molecule.yml. The state
-absent test runs last."""
+"""k8s_gpu_node on Debian 12 with Debian's real containerd, and a k3s agent's file layout: see molecule.yml. The fast
+path and drift test runs after the tests of the converged state, and the state absent test runs last."""
 
 from __future__ import annotations
 
+import json
 import tomllib
 from pathlib import Path
 
@@ -16,6 +17,14 @@ from gpuhost_testinfra import (  # noqa: F401  pylint: disable=unused-import
 SCENARIO = Path(__file__).resolve().parents[1]
 FEATURES = "/etc/kubernetes/node-feature-discovery/features.d/gpuhost-k8s-gpu-node"
 UNIT = "gpuhost-k8s-node-labels.service"
+DROPIN = "/etc/containerd/conf.d/99-nvidia.toml"
+RECORD = "/var/lib/gpuhost/converged/k8s_gpu_node.json"
+# The converged probe and record, as the internal common role's probe.yml and record.yml name them.
+PROBE_TASK = "gpuhost.nvidia.internal_common : Ask whether the host is as the calling role's last full run left it"
+RECORD_TASK = "gpuhost.nvidia.internal_common : Write what the calling role's full run left, or remove its record"
+# The shared Molecule configuration asks every role for its full path (gpuhost_converged_full_run, for idempotence):
+# these runs are the ones a user makes, with the fast path.
+FAST = ("-e", "gpuhost_converged_full_run=false")
 HEADER = "# Written by gpuhost.nvidia.k8s_gpu_node from the GPU facts; refreshed at boot by gpuhost-k8s-node-labels.service."
 
 
@@ -164,6 +173,50 @@ def test_features_file_and_boot_unit(host, gpuhost_instance):
     assert features.content_string == HEADER + "\ngpuhost.nvidia/gpu.present=false\n"
 
 
+def _task_results(run: dict, instance: str, suffix: str) -> list[dict]:
+    return [t["hosts"][instance] for p in run["plays"] for t in p["tasks"]
+            if t["task"]["name"].endswith(suffix) and instance in t["hosts"] and not t["hosts"][instance].get("skipped")]
+
+
+def _converge_fast(instance: str) -> dict:
+    run = run_playbook_json(str(SCENARIO / "converge.yml"), *FAST, limit=instance)
+    assert run["stats"][instance]["failures"] == 0, run
+    return run
+
+
+def test_fast_path_sees_an_edited_file_and_one_run_repairs_it(host, gpuhost_instance):
+    """After idempotence (a full run that confirmed the record), a re-run ends at the probe and changes nothing. A
+    managed file edited behind the role's back is drift: the next run takes the full path and repairs it, and the run
+    after that takes the fast path again. Worker and image: the nvidia runtime's binary in containerd's drop-in; k3s
+    (no drop-in of the role's there): the feature file."""
+    record = json.loads(host.file(RECORD).content_string)
+    # The report may be empty (Debian 13's containerd 1.7 has CDI, and nothing was restarted): recorded all the same.
+    assert record["confirmed"] and isinstance(record["outputs"]["k8s_gpu_node_report"], list), record
+    fast = _converge_fast(gpuhost_instance)
+    probes = _task_results(fast, gpuhost_instance, PROBE_TASK)
+    assert [p["converged"] for p in probes] == [True], probes
+    assert _task_results(fast, gpuhost_instance, RECORD_TASK) == [] and changed_tasks(fast, gpuhost_instance) == []
+
+    path = FEATURES if is_k3s(gpuhost_instance) else DROPIN
+    before = host.file(path).content_string
+    if path == DROPIN:
+        host.check_output("sed -i 's#/usr/bin/nvidia-container-runtime#/usr/bin/false#' %s", DROPIN)
+    else:
+        host.check_output("printf '\\n# gpuhost drift test\\n' >> %s", path)
+    assert host.file(path).content_string != before
+    repair = _converge_fast(gpuhost_instance)
+    probes = _task_results(repair, gpuhost_instance, PROBE_TASK)
+    assert [p["converged"] for p in probes] == [False], probes
+    assert any(d.startswith(f"file {path} changed") for d in probes[0]["drift"]), probes[0]["drift"]
+    assert host.file(path).content_string == before
+    repaired = [name for name in changed_tasks(repair, gpuhost_instance) if not name.endswith(RECORD_TASK)]
+    assert repaired, changed_tasks(repair, gpuhost_instance)
+
+    again = _converge_fast(gpuhost_instance)
+    assert [p["converged"] for p in _task_results(again, gpuhost_instance, PROBE_TASK)] == [True]
+    assert changed_tasks(again, gpuhost_instance) == []
+
+
 def test_state_absent_restores_the_files(host, gpuhost_instance):
     if is_image(gpuhost_instance):
         return
@@ -175,6 +228,7 @@ def test_state_absent_restores_the_files(host, gpuhost_instance):
     assert changed_tasks(second, gpuhost_instance) == []
     check = host.run("sha256sum -c /root/k8s-baseline.sha256")
     assert check.rc == 0, check.stdout + check.stderr
+    assert not host.file(RECORD).exists, "state absent removes the converged record"
     if is_k3s(gpuhost_instance):
         assert not host.file(K3S_TEMPLATE).exists
         assert host.file(K3S_DIR).is_directory and host.file(K3S_DIR + "/config.toml").exists

@@ -106,6 +106,8 @@ GOOD: dict[str, tuple[list[t.Any], dict[str, t.Any]]] = {
     "nvidia_driver_dnf_versions": ([DNF_LIST, "nvidia-driver"], {}),
     "nvidia_driver_dkms_lines": ([FACTS["kernels"]["dkms"]], {}),
     "nvidia_driver_module_params_file": ([{"NVreg_EnableGpuFirmware": 0, "NVreg_TemporaryFilePath": "/var/tmp"}], {}),
+    "nvidia_driver_absent_plan": ([{"distro": {"module": {"open": ["nvidia-open-kernel-dkms"]}, "fm": "nvidia-fabricmanager-{branch}"}},
+                                   {"nvidia-open-kernel-dkms": [{"version": "1"}]}, "nvidia-fabricmanager.service"], {}),
     "gpg_primary_fingerprints": (["pub:-:4096:1:AAAAAAAAAAAAAAAA:1:::-:::scSC::::::23::0:\n"
                                   "fpr:::::::::AE09FE4BBD223A84B2CCFCE3F60F4B3D7FA2AF80:\n"], {}),
     "gpg_fingerprint": (["AE09 FE4B BD22 3A84 B2CC  FCE3 F60F 4B3D 7FA2 AF80"], {"empty": False}),

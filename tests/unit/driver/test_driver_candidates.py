@@ -51,7 +51,7 @@ def test_filter_plugin_exposes_the_filters_and_accepts_ansible_facts():
     assert set(filters) == {"nvidia_driver_plan", "nvidia_driver_candidate_errors", "nvidia_driver_packages", "nvidia_driver_versionlock",
                             "nvidia_driver_move", "nvidia_driver_transaction", "nvidia_driver_package_specs", "nvidia_driver_lockstep",
                             "nvidia_driver_lockstep_hold", "nvidia_driver_dnf_versions", "nvidia_driver_dkms_lines",
-                            "nvidia_driver_module_params_file"}
+                            "nvidia_driver_module_params_file", "nvidia_driver_absent_plan"}
     caps = {"supported": True, "sources": {"distro": {"available": True, "branches": [535], "default_branch": 535}}}
     facts = {"nvidia_gpu": {"present": True, "gpus": [{"pci_bus_id": "0000:01:00.0", "pci_device_id": "10de:2330"}]}}
     host = {"distribution": "Debian", "distribution_major_version": "12", "secure_boot": False}

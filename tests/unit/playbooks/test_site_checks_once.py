@@ -19,7 +19,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[3]
 SITE = yaml.safe_load((ROOT / "playbooks" / "site.yml").read_text(encoding="utf-8"))
 # The roles that skip their check after site.yml's first play ran it, with site.yml's play that runs each.
 SKIPPING = {"nvidia_driver": "Install the NVIDIA driver", "gpu_settings": "Configure GPU settings and the persistence daemon",
-            "gpu_compose": "Write docker compose GPU overrides", "gpu_doctor": "Diagnose the GPU hosts"}
+            "gpu_compose": "Write docker compose GPU overrides", "gpu_doctor": "Diagnose the GPU hosts",
+            "k8s_gpu_node": "Make the Kubernetes GPU workers ready for GPU pods"}
 # The role plays' loads of the per-distribution variables (the internal common role's vars.yml, or the role's set_vars.yml).
 END = "End the role on a converged host"
 

@@ -20,14 +20,13 @@ import typing as t
 
 import pytest
 import yaml
-from ansible.parsing.dataloader import DataLoader
-from ansible.template import Templar, trust_as_template
 
 from ansible_collections.gpuhost.nvidia.plugins.module_utils import _driver, _driver_probe
 
 ROLES = pathlib.Path(__file__).resolve().parents[3] / "roles"
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "driver"))
 from test_driver_vars import HOSTS, Host  # noqa: E402  pylint: disable=wrong-import-position
+from test_driver_record import absent_plan  # noqa: E402  pylint: disable=wrong-import-position
 import os_vars  # noqa: E402  pylint: disable=wrong-import-position  # beside this file
 
 UBUNTU = {
@@ -95,18 +94,15 @@ def test_gpu_settings_knows_ubuntus_persistenced_unit_is_static_and_debians_is_n
 
 
 def _absent_packages(installed: list[str]) -> list[str]:
-    """nvidia_driver's absent package list (the vars of its "Remove what the role added" task) on Ubuntu 24.04."""
-    tasks = yaml.safe_load((ROLES / "nvidia_driver" / "tasks" / "main.yml").read_text(encoding="utf-8"))
-    absent_vars = next(task["vars"] for task in tasks if task.get("name") == "Remove what the role added")
+    """nvidia_driver's absent package list (the "Remove what the role added" task's __nvidia_driver_absent, as
+    tests/unit/driver/test_driver_record.py wires it) on Ubuntu 24.04."""
     host = _ubuntu_host("ubuntu2404", "6.8.0-1031-azure")
-    variables = {**host.variables, **{k: trust_as_template(v) if isinstance(v, str) else v for k, v in absent_vars.items()}}
-    templar = Templar(loader=DataLoader(), variables=variables)
-    # tasks/absent.yml's nvidia_driver_host read: the installed packages named by the tokens or starting with a prefix.
-    tokens = templar.template(variables["__nvidia_driver_absent_tokens"])
-    selected = _driver_probe.select_installed({name: [{"version": "1"}] for name in installed}, [t for t in tokens if "{" not in t],
-                                              templar.template(variables["__nvidia_driver_absent_prefixes"]))
+    variables = dict(host.variables)
+    # tasks/absent.yml's nvidia_driver_host read: the installed packages named by the query or starting with a prefix.
+    asked = absent_plan(variables)
+    selected = _driver_probe.select_installed({name: [{"version": "1"}] for name in installed}, asked["query"], asked["prefixes"])
     variables["__nvidia_driver_absent_installed"] = {"packages": selected}
-    return Templar(loader=DataLoader(), variables=variables).template(variables["__nvidia_driver_absent_packages"])
+    return absent_plan(variables)["packages"]
 
 
 def test_ubuntu_absent_removes_the_signed_modules_signatures_and_objects_by_prefix() -> None:
