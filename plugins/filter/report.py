@@ -60,7 +60,8 @@ _KINDS = ("auto", "dcgm", "nvidia_gpu_exporter")
 
 
 def gpu_exporter_plan(kind: t.Any, consumer_only: t.Any, os_family: t.Any, facts: t.Any = None, cuda_major: t.Any = None,
-                      branch: t.Any = None, collectors: t.Any = None, proprietary: t.Any = None) -> dict[str, t.Any]:
+                      branch: t.Any = None, collectors: t.Any = None, proprietary: t.Any = None,
+                      nvidia_gpu_exporter: t.Any = None) -> dict[str, t.Any]:
     """Internal: gpu_exporter's choice of exporter, DCGM CUDA major and -proprietary packages; a request it cannot meet
     fails naming why."""
     if kind not in _KINDS:
@@ -79,8 +80,11 @@ def gpu_exporter_plan(kind: t.Any, consumer_only: t.Any, os_family: t.Any, facts
     if proprietary not in (None, "") and not isinstance(proprietary, bool):
         raise AnsibleFilterError("gpu_exporter_plan: gpu_exporter_dcgm_proprietary must be true, false or null (decide from "
                                  f"the GPUs' architecture), not {proprietary!r}")
+    if nvidia_gpu_exporter is not None and not isinstance(nvidia_gpu_exporter, Mapping):
+        raise AnsibleFilterError("gpu_exporter_plan: nvidia_gpu_exporter must be a dict of version, backend and architecture, "
+                                 f"not {type(nvidia_gpu_exporter).__name__}")
     result = _exporter.plan(kind, consumer_only, os_family, facts, cuda_major, branch, collectors,
-                            None if proprietary == "" else proprietary)
+                            None if proprietary == "" else proprietary, nvidia_gpu_exporter)
     if result["errors"]:
         raise AnsibleFilterError("gpu_exporter: " + "; ".join(result["errors"]))
     return result

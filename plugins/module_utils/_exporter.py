@@ -42,6 +42,13 @@ PROFILING_MODULE_ARCHITECTURES = ("Tesla", "Fermi", "Kepler", "Maxwell", "Pascal
 GPM_ARCHITECTURES = ("Hopper", "Blackwell")
 PROFILING_PREFIX = "DCGM_FI_PROF_"
 
+# nvidia_gpu_exporter's release archives: nvidia_gpu_exporter_<version>_linux_<arch>.tar.gz for x86_64 and arm64 (the
+# machine names Ansible reports, mapped onto the archive's), and from 1.11.0 nvidia_gpu_exporter-nvml_<version>_linux_x86_64
+# (the NVML backend, --collect.backend=nvml, built for x86_64 only). docs/sources.md.
+TARBALL_ARCH = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "arm64", "arm64": "arm64"}
+NVML_SINCE = (1, 11, 0)
+BACKENDS = ("exec", "nvml")
+
 
 def dcgm_cuda_major(request: t.Any, facts: t.Mapping[str, t.Any] | None, branch: t.Any) -> tuple[int | None, str]:
     """The CUDA major of the DCGM package and where it came from; (None, why) when nothing tells it."""
@@ -100,11 +107,35 @@ def needs_proprietary(request: t.Any, collectors: t.Any, facts: t.Mapping[str, t
     return False, "every GPU is Hopper or newer, which reads the profiling fields through NVML"
 
 
+def nvidia_gpu_exporter_errors(version: t.Any, backend: t.Any, architecture: t.Any) -> list[str]:
+    """Why nvidia_gpu_exporter's release cannot serve the request: an unknown backend, the NVML backend before the
+    release that has it, or off x86_64 (its -nvml archive is built for x86_64 only), a machine with no release archive."""
+    errors: list[str] = []
+    arch = str(architecture or "")
+    if backend not in BACKENDS:
+        errors.append("gpu_exporter_nvidia_gpu_exporter_backend must be exec or nvml, not %r" % (backend,))
+    elif backend == "nvml":
+        parsed = version_tuple(version)
+        if not parsed or tuple(parsed[:3]) < NVML_SINCE:
+            errors.append("gpu_exporter_nvidia_gpu_exporter_backend is nvml, but nvidia_gpu_exporter %s has no NVML backend "
+                          "(--collect.backend=nvml came with 1.11.0): set gpu_exporter_nvidia_gpu_exporter_version to 1.11.0 "
+                          "or later, or the backend to exec" % (version,))
+        if arch and TARBALL_ARCH.get(arch) != "x86_64":
+            errors.append("gpu_exporter_nvidia_gpu_exporter_backend is nvml, but its release archive (-nvml) is built for "
+                          "x86_64 only, not %s: use the exec backend on this host" % arch)
+    if arch and arch not in TARBALL_ARCH:
+        errors.append("nvidia_gpu_exporter publishes release archives for x86_64 and arm64, not %s: set "
+                      "gpu_exporter_nvidia_gpu_exporter_url to a build for this machine" % arch)
+    return errors
+
+
 def plan(kind: str, consumer_only: bool, os_family: str, facts: t.Mapping[str, t.Any] | None, cuda_major: t.Any = None,
-         branch: t.Any = None, collectors: t.Any = None, proprietary: t.Any = None) -> dict[str, t.Any]:
+         branch: t.Any = None, collectors: t.Any = None, proprietary: t.Any = None,
+         nvgpu: t.Mapping[str, t.Any] | None = None) -> dict[str, t.Any]:
     """``{kind, cuda_major, proprietary, notes, errors}``: the exporter to run, the DCGM package's CUDA major and whether
     DCGM's -proprietary packages go with it (dcgm only), what the report should say about the choice, and every reason
-    the request cannot be met (empty when it can)."""
+    the request cannot be met (empty when it can). ``nvgpu``: nvidia_gpu_exporter's ``version``, ``backend`` and the
+    host's ``architecture``, checked when that exporter is chosen."""
     notes: list[str] = []
     errors: list[str] = []
     chosen = kind
@@ -116,6 +147,8 @@ def plan(kind: str, consumer_only: bool, os_family: str, facts: t.Mapping[str, t
     elif kind == "dcgm" and os_family not in DCGM_FAMILIES:
         errors.append("gpu_exporter_kind is dcgm, but %s; use gpu_exporter_kind: nvidia_gpu_exporter (or auto) on this host"
                       % NO_DCGM.get(os_family, "%s (os_family %s)" % (_NO_DCGM_OTHER, os_family)))
+    if chosen == "nvidia_gpu_exporter" and nvgpu is not None and not errors:
+        errors.extend(nvidia_gpu_exporter_errors(nvgpu.get("version"), nvgpu.get("backend", "exec"), nvgpu.get("architecture")))
     major = None
     with_proprietary = False
     if chosen == "dcgm" and not errors:

@@ -395,6 +395,8 @@ ROLE_RULES: dict[str, dict[str, _validate.Rule]] = {
             "help": Required(_validate.Text(space=True, forbid=',"', max_length=512, what="one line of help text without commas")),
         }), min_items=1, max_items=512),
         "gpu_exporter_nvidia_gpu_exporter_version": _validate.Identifier(RELEASE_VERSION_RE, "a release version such as 1.3.1"),
+        # nvidia_gpu_exporter --collect.backend (and the release archive's -nvml flavour).
+        "gpu_exporter_nvidia_gpu_exporter_backend": OneOf(("exec", "nvml")),
         "gpu_exporter_nvidia_gpu_exporter_url": URL,
         "gpu_exporter_nvidia_gpu_exporter_sha256": Optional(_validate.Identifier(SHA256_RE, "a SHA-256 of 64 hex digits")),
     },

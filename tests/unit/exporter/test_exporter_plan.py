@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -214,3 +215,33 @@ def test_the_key_task_resolves_the_drivers_fingerprint_on_this_controller(local_
     assert results["Show the fingerprint"]["msg"] == "AE09FE4BBD223A84B2CCFCE3F60F4B3D7FA2AF80"
     assert results["Show the keyring"]["msg"] == "/srv/keys/cuda.gpg"
     assert results["Load nvidia_driver's per-distribution repository variables (the CUDA repository key)"].get("skipped")
+
+
+# --- nvidia_gpu_exporter: the release archive for the machine, and the NVML backend where the release has it ------
+
+NVGPU = {"version": "1.13.1", "backend": "exec", "architecture": "x86_64"}
+
+
+@pytest.mark.parametrize("given, why", [
+    ({**NVGPU, "backend": "nvml", "version": "1.3.1"}, "nvidia_gpu_exporter 1.3.1 has no NVML backend (--collect.backend=nvml came with 1.11.0)"),
+    ({**NVGPU, "backend": "nvml", "version": "1.10.0"}, "has no NVML backend"),
+    ({**NVGPU, "backend": "nvml", "architecture": "aarch64"}, "built for x86_64 only, not aarch64"),
+    ({**NVGPU, "architecture": "ppc64le"}, "release archives for x86_64 and arm64, not ppc64le"),
+    ({**NVGPU, "backend": "smi"}, "must be exec or nvml, not 'smi'"),
+])
+def test_a_release_that_cannot_serve_the_request_is_refused(given, why):
+    with pytest.raises(AnsibleFilterError, match=re.escape(why)):
+        gpu_exporter_plan("nvidia_gpu_exporter", True, "Debian", facts("13.0"), None, None, None, None, given)
+
+
+@pytest.mark.parametrize("given", [NVGPU, {**NVGPU, "backend": "nvml"}, {**NVGPU, "backend": "nvml", "version": "1.11.0"},
+                                   {**NVGPU, "architecture": "aarch64"}, {**NVGPU, "version": "1.3.1", "architecture": "aarch64"},
+                                   {**NVGPU, "architecture": ""}])
+def test_a_release_that_serves_the_request_passes(given):
+    assert gpu_exporter_plan("nvidia_gpu_exporter", True, "Debian", facts("13.0"), None, None, None, None, given)["errors"] == []
+
+
+def test_the_nvidia_gpu_exporter_checks_apply_only_when_it_is_chosen():
+    """A host that runs DCGM is not refused for an NVML request it does not use."""
+    result = gpu_exporter_plan("auto", False, "RedHat", facts("13.0"), None, None, None, None, {**NVGPU, "backend": "nvml", "version": "1.3.1"})
+    assert result["kind"] == "dcgm"
