@@ -4,7 +4,7 @@ test_version_change.py (file names sort so), on the hosts as converge + idempote
 The idempotence run confirmed each host's record, and the check run after it (the full path in check mode) changed
 nothing (the shared test_check_after_converge_changes_nothing): so the probe must say converged. Then, behind the
 role's back: the exporter's unit file is edited and the unit disabled on both hosts, one DCGM package is removed on
-each DCGM host (dpkg, rpm), and the nvidia_gpu_exporter binary is edited on the other. The probe must name each drift, one run of
+the DCGM host, and the nvidia_gpu_exporter binary is edited on the other. The probe must name each drift, one run of
 playbooks/exporter.yml must repair it (the exporter enabled and running again), and the probe must then find every
 item as recorded.
 """
@@ -40,9 +40,6 @@ def drift(tmp_path_factory):
         if name.endswith("-dcgm"):
             sh(name, 'dpkg --remove "$1" >/dev/null', DCGM_PACKAGE)
             expected[name].append(f"package {DCGM_PACKAGE} is not installed")
-        elif name.endswith("-dcgmel"):
-            sh(name, 'rpm -e "$1"', DCGM_PACKAGE)
-            expected[name].append(f"package {DCGM_PACKAGE} is not installed")
         else:
             sh(name, 'printf "# gpuhost drift test\\n" >> "$(readlink -f "$1")"', BINARY)
             expected[name].append(f"file {BINARY} changed")
@@ -64,7 +61,7 @@ def test_probe_sees_each_drift_and_one_run_repairs_it(host, gpuhost_instance, dr
     # Every item is as the role leaves it again, and the exporter runs (the role's own scrape passed in the run).
     assert "gpuhost drift test" not in host.file(UNIT_FILE).content_string
     assert host.service(UNIT).is_enabled and host.service(UNIT).is_running
-    if gpuhost_instance.endswith(("-dcgm", "-dcgmel")):
+    if gpuhost_instance.endswith("-dcgm"):
         assert host.package(DCGM_PACKAGE).is_installed
     else:
         assert "gpuhost drift test" not in host.file(BINARY).content_string

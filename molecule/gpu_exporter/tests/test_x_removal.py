@@ -33,7 +33,6 @@ def test_state_absent_removes_the_exporter_and_predicts_it(host, gpuhost_instanc
     assert not host.file("/etc/gpuhost-gpu-exporter").exists and not host.file("/opt/gpuhost-gpu-exporter").exists
     assert not host.file("/usr/local/bin/nvidia_gpu_exporter").exists
     assert host.run("systemctl is-active gpuhost-gpu-exporter.service").stdout.strip() != "active"
-    if gpuhost_instance.endswith(("-dcgm", "-dcgmel")):
-        for package in ("datacenter-gpu-manager-4-core", "datacenter-gpu-manager-4-cuda13", "datacenter-gpu-manager-exporter",
-                        "datacenter-gpu-manager-4-proprietary", "datacenter-gpu-manager-4-proprietary-cuda13"):
+    if gpuhost_instance.endswith("-dcgm"):
+        for package in ("datacenter-gpu-manager-4-core", "datacenter-gpu-manager-4-cuda13", "datacenter-gpu-manager-exporter"):
             assert not host.package(package).is_installed, package
