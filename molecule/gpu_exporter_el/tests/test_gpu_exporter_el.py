@@ -1,14 +1,12 @@
-"""gpu_exporter's DCGM by dnf on an emulated Rocky 9 host (one A100): the pinned rpms with their epoch, the profiling
-module, a real Prometheus scrape, a rogue key refused, the pin moved, drift repaired, and state absent.
-
-The tests run in this file's order on the one converged host (idempotence and the check after it ran before).
+"""gpu_exporter's DCGM by dnf on an emulated Rocky 9 host (one A100), as converged: the pinned rpms with their epoch, the
+profiling module, a real Prometheus scrape, and a rogue key refused with nothing changed. Runs before
+test_gpu_exporter_el_changes.py (file names sort so), which changes the host.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import socket
 import subprocess
@@ -18,13 +16,11 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from gpuhost_drift import UNCONFIRMED, named, probe, read_record, sh
-from gpuhost_testinfra import changed_tasks, instances, run_playbook_json
+from gpuhost_testinfra import run_playbook_json
 from gpuhost_testinfra import test_check_after_converge_changes_nothing, test_check_mode_predicted_converge  # noqa: F401  pylint: disable=unused-import
 
 SCENARIO = Path(__file__).resolve().parents[1]
 PROJECT = Path(os.environ.get("MOLECULE_PROJECT_DIRECTORY", SCENARIO.parents[1]))
-PLAYBOOK = PROJECT / "playbooks" / "exporter.yml"
 DASHBOARD = PROJECT / "roles" / "gpu_exporter" / "files" / "dashboards" / "dcgm.json"
 EPHEMERAL = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/nonexistent"))
 FILE_SD = EPHEMERAL / "prometheus" / "gpu_exporters.json"
@@ -124,56 +120,3 @@ def test_a_rogue_key_fails_before_any_change(host):
               if task["task"]["name"] == "Report the failure" for outcome in task["hosts"].values()]
     assert errors and "does not hold exactly the pinned key" in errors[0] and "Nothing was installed" in errors[0], errors
     assert host.check_output(RPM_Q + "datacenter-gpu-manager-4-core") == "1:4.5.2-1"
-
-
-def test_a_moved_pin_moves_dcgm_by_dnf(host, tmp_path):
-    """4.6.0-1 without the epoch: dnf matches name-version-release of the epoch-1 packages."""
-    before = host.check_output(f"systemctl show -p MainPID --value {UNIT}").strip()
-    extra = tmp_path / "versions.json"
-    extra.write_text(json.dumps({"gpu_exporter_dcgm_version": "4.6.0-1"}), encoding="utf-8")
-    result = run_playbook_json(str(PLAYBOOK), "-e", f"@{extra}")
-    assert not [h for h, s in result["stats"].items() if s.get("failures") or s.get("unreachable")], result["stats"]
-    name = instances()[0]
-    changed = changed_tasks(result, name)
-    assert "gpuhost.nvidia.gpu_exporter : Install DCGM and the DCGM exporter, version-pinned (dnf)" in changed, changed
-    for package in DCGM:
-        assert host.check_output(RPM_Q + package) == "1:4.6.0-1", package
-    after = host.check_output(f"systemctl show -p MainPID --value {UNIT}").strip()
-    assert after not in ("", "0", before), "the exporter was not restarted"
-    # Back to the default pin (a downgrade, allow_downgrade) for the drift and removal tests.
-    back = run_playbook_json(str(PLAYBOOK))
-    assert not [h for h, s in back["stats"].items() if s.get("failures") or s.get("unreachable")], back["stats"]
-    assert host.check_output(RPM_Q + "datacenter-gpu-manager-4-core") == "1:4.5.2-1"
-
-
-def test_the_probe_sees_a_removed_rpm_and_one_run_repairs_it(host, tmp_path):
-    name = instances()[0]
-    record = {name: read_record(name, "gpu_exporter")}
-    converged = probe("gpu_exporter", record, tmp_path)[name]
-    assert (converged["converged"], converged["drift"]) == (True, []), converged
-    sh(name, 'rpm -e "$1"', "datacenter-gpu-manager-4-cuda13")
-    drifted = probe("gpu_exporter", record, tmp_path)[name]
-    assert drifted["converged"] is False
-    assert named(drifted["drift"], ["package datacenter-gpu-manager-4-cuda13 is not installed"]) == [], drifted["drift"]
-    repair = run_playbook_json(str(PLAYBOOK))
-    assert not repair["stats"][name].get("failures"), repair["stats"]
-    assert "gpuhost.nvidia.gpu_exporter : Install DCGM and the DCGM exporter, version-pinned (dnf)" in changed_tasks(repair, name)
-    assert host.check_output(RPM_Q + "datacenter-gpu-manager-4-cuda13") == "1:4.5.2-1"
-    again = probe("gpu_exporter", {name: read_record(name, "gpu_exporter")}, tmp_path)[name]
-    assert again["drift"] in ([], [UNCONFIRMED]), again
-
-
-def test_state_absent_removes_everything_and_check_mode_predicts_it(host):
-    name = instances()[0]
-    runs = [run_playbook_json(str(PLAYBOOK), "-e", "gpu_exporter_state=absent", *extra) for extra in (["--check"], [], [])]
-    for result in runs:
-        assert not [h for h, s in result["stats"].items() if s.get("failures") or s.get("unreachable")], result["stats"]
-    check, first, second = (changed_tasks(result, name) for result in runs)
-    assert first and check == first, (check, first)
-    assert second == [], second
-    assert "gpuhost.nvidia.gpu_exporter : Remove the DCGM packages (EL)" in first, first
-    for package in (*DCGM, "datacenter-gpu-manager-exporter"):
-        assert host.run("rpm -q " + package).rc != 0, package
-    assert not host.file(f"/etc/systemd/system/{UNIT}").exists and not host.file("/etc/gpuhost-gpu-exporter").exists
-    assert host.run(f"systemctl is-active {UNIT}").stdout.strip() != "active"
-    assert re.fullmatch(r"inactive|unknown|failed", host.run("systemctl is-active nvidia-dcgm.service").stdout.strip() or "unknown")
