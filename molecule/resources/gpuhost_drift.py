@@ -34,13 +34,14 @@ def probe(role: str, records: dict[str, dict], workdir: Path) -> dict[str, dict]
     """The probe's result per host, each against its own record's inputs digest."""
     path = workdir / f"probe-{role}.json"
     path.write_text(json.dumps([{
-        "hosts": ",".join(records), "gather_facts": False,
+        # The host's package manager (setup's min subset): the probe asks rpm on an EL host, dpkg on Debian.
+        "hosts": ",".join(records), "gather_facts": True, "gather_subset": ["min"],
         "vars": {"gpuhost_test_digests": {name: record["inputs_digest"] for name, record in records.items()}},
         "tasks": [{"name": "probe", "gpuhost.nvidia.gpuhost_converged": {
             "state": "probe", "path": f"{RECORDS}/{role}.json", "inputs_digest": "{{ gpuhost_test_digests[inventory_hostname] }}"}}],
     }]), encoding="utf-8")
     result = run_playbook_json(str(path))
-    return dict(result["plays"][0]["tasks"][0]["hosts"])
+    return dict(next(task for task in result["plays"][0]["tasks"] if task["task"]["name"] == "probe")["hosts"])
 
 
 def named(drift: list[str], expected: list[str]) -> list[str]:

@@ -60,8 +60,10 @@ _KINDS = ("auto", "dcgm", "nvidia_gpu_exporter")
 
 
 def gpu_exporter_plan(kind: t.Any, consumer_only: t.Any, os_family: t.Any, facts: t.Any = None, cuda_major: t.Any = None,
-                      branch: t.Any = None) -> dict[str, t.Any]:
-    """Internal: gpu_exporter's choice of exporter and DCGM CUDA major; a request it cannot meet fails naming why."""
+                      branch: t.Any = None, collectors: t.Any = None, proprietary: t.Any = None,
+                      nvidia_gpu_exporter: t.Any = None) -> dict[str, t.Any]:
+    """Internal: gpu_exporter's choice of exporter, DCGM CUDA major and -proprietary packages; a request it cannot meet
+    fails naming why."""
     if kind not in _KINDS:
         raise AnsibleFilterError(f"gpu_exporter_plan: gpu_exporter_kind must be one of {', '.join(_KINDS)}, not {kind!r}")
     if not isinstance(consumer_only, bool):
@@ -72,7 +74,17 @@ def gpu_exporter_plan(kind: t.Any, consumer_only: t.Any, os_family: t.Any, facts
         raise AnsibleFilterError(f"gpu_exporter_plan: facts must be ansible_facts.nvidia_gpu, not {type(facts).__name__}")
     if cuda_major not in (None, "") and (isinstance(cuda_major, bool) or not str(cuda_major).isdigit() or not 1 <= int(cuda_major) <= 99):
         raise AnsibleFilterError(f"gpu_exporter_plan: gpu_exporter_dcgm_cuda_major must be a CUDA major such as 13, not {cuda_major!r}")
-    result = _exporter.plan(kind, consumer_only, os_family, facts, cuda_major, branch)
+    if collectors is not None and (isinstance(collectors, (str, bytes, Mapping)) or not isinstance(collectors, Sequence)):
+        raise AnsibleFilterError("gpu_exporter_plan: collectors must be gpu_exporter_dcgm_collectors (a list of {field, type, "
+                                 f"help}}), not {type(collectors).__name__}")
+    if proprietary not in (None, "") and not isinstance(proprietary, bool):
+        raise AnsibleFilterError("gpu_exporter_plan: gpu_exporter_dcgm_proprietary must be true, false or null (decide from "
+                                 f"the GPUs' architecture), not {proprietary!r}")
+    if nvidia_gpu_exporter is not None and not isinstance(nvidia_gpu_exporter, Mapping):
+        raise AnsibleFilterError("gpu_exporter_plan: nvidia_gpu_exporter must be a dict of version, backend and architecture, "
+                                 f"not {type(nvidia_gpu_exporter).__name__}")
+    result = _exporter.plan(kind, consumer_only, os_family, facts, cuda_major, branch, collectors,
+                            None if proprietary == "" else proprietary, nvidia_gpu_exporter)
     if result["errors"]:
         raise AnsibleFilterError("gpu_exporter: " + "; ".join(result["errors"]))
     return result

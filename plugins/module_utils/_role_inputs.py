@@ -381,10 +381,12 @@ ROLE_RULES: dict[str, dict[str, _validate.Rule]] = {
         "gpu_exporter_scrape_host": Host(),
         "gpu_exporter_facts_root": DIRECTORY,
         "gpu_exporter_dcgm_version": DEBIAN_VERSION,
-        "gpu_exporter_dcgm_exporter_version": DEBIAN_VERSION,
+        # Null: the family's default (apt and dnf carry different exporter builds).
+        "gpu_exporter_dcgm_exporter_version": Optional(DEBIAN_VERSION),
         # Part of the package name datacenter-gpu-manager-4-cuda<major>.
         "gpu_exporter_dcgm_cuda_major": Optional(IntegerLike(1, 99)),
-        "gpu_exporter_dcgm_repo_keyring": PATH,
+        # Null: nvidia_driver's keyring for the family (apt's .gpg, or the armoured key dnf imports).
+        "gpu_exporter_dcgm_repo_keyring": Optional(PATH),
         "gpu_exporter_dcgm_repo_key_fingerprint": Optional(FINGERPRINT),
         # dcgm-exporter's collectors CSV: one row a line, three comma-separated fields.
         "gpu_exporter_dcgm_collectors": _validate.ListOf(_validate.Fields({
@@ -393,6 +395,8 @@ ROLE_RULES: dict[str, dict[str, _validate.Rule]] = {
             "help": Required(_validate.Text(space=True, forbid=',"', max_length=512, what="one line of help text without commas")),
         }), min_items=1, max_items=512),
         "gpu_exporter_nvidia_gpu_exporter_version": _validate.Identifier(RELEASE_VERSION_RE, "a release version such as 1.3.1"),
+        # nvidia_gpu_exporter --collect.backend (and the release archive's -nvml flavour).
+        "gpu_exporter_nvidia_gpu_exporter_backend": OneOf(("exec", "nvml")),
         "gpu_exporter_nvidia_gpu_exporter_url": URL,
         "gpu_exporter_nvidia_gpu_exporter_sha256": Optional(_validate.Identifier(SHA256_RE, "a SHA-256 of 64 hex digits")),
     },

@@ -48,6 +48,8 @@ def test_unit_enabled_running_and_hardened(host, gpuhost_instance):
         assert host.package("datacenter-gpu-manager-4-core").version == "4.5.2-1"
         assert host.package("datacenter-gpu-manager-4-cuda13").version == "4.5.2-1"
         assert host.package("datacenter-gpu-manager-exporter").version == "4.8.2-1"
+        # Hopper reads the profiling fields through NVML: no profiling module.
+        assert not host.package("datacenter-gpu-manager-4-proprietary").is_installed
         assert host.file("/usr/share/gpuhost-stub/datacenter-gpu-manager-exporter/STUB").exists
         csv = host.file("/etc/gpuhost-gpu-exporter/dcgm-collectors.csv").content_string
         assert "DCGM_FI_DEV_GPU_UTIL, gauge, GPU utilization (in %)." in csv

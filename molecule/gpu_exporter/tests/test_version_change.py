@@ -52,7 +52,7 @@ def test_changed_version_moves_the_exporter(host, gpuhost_instance, moved):
     assert after[gpuhost_instance] not in ("", "0", before[gpuhost_instance]), "the exporter was not restarted"
     assert host.service("gpuhost-gpu-exporter.service").is_running
     if gpuhost_instance.endswith("-dcgm"):
-        assert "gpuhost.nvidia.gpu_exporter : Install DCGM and the DCGM exporter, version-pinned" in changed, changed
+        assert "gpuhost.nvidia.gpu_exporter : Install DCGM and the DCGM exporter, version-pinned (apt)" in changed, changed
         assert host.package("datacenter-gpu-manager-4-core").version == "4.6.0-1"
         assert host.package("datacenter-gpu-manager-4-cuda13").version == "4.6.0-1"
         assert host.package("datacenter-gpu-manager-exporter").version == "4.8.2-1"

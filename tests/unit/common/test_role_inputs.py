@@ -212,13 +212,15 @@ BATTERY = {
     ("gpu_exporter", "gpu_exporter_port"): PORTS_BAD,
     ("gpu_exporter", "gpu_exporter_dcgm_hostengine"): HOSTPORTS_BAD,
     ("gpu_exporter", "gpu_exporter_facts_root"): PATHS_BAD[:-1],
-    ("gpu_exporter", "gpu_exporter_dcgm_repo_keyring"): PATHS_BAD,
+    # Empty or null: nvidia_driver's keyring for the family.
+    ("gpu_exporter", "gpu_exporter_dcgm_repo_keyring"): PATHS_BAD_OPTIONAL,
     ("gpu_exporter", "gpu_exporter_dcgm_version"): ["4.5.2 -1", "4.5.2-1\n", "latest", "4.5.2;x", "", "-4.5", "4.5.2-1 datacenter-x"],
     ("gpu_exporter", "gpu_exporter_dcgm_exporter_version"): ["*", "4.8.2-1=", "4.8.2-1 x", "4.8.2-1\n"],
     ("gpu_exporter", "gpu_exporter_dcgm_cuda_major"): [0, -1, 100, "12 ", "12\n", "12;x", "twelve", True, 12.0],
     # Empty or null: nvidia_driver's fingerprint for the distribution.
     ("gpu_exporter", "gpu_exporter_dcgm_repo_key_fingerprint"): ["EB69", "EB693B3035CD5710E231E123A4B469963BF863CC\n", "X" * 40],
     ("gpu_exporter", "gpu_exporter_nvidia_gpu_exporter_version"): ["1.3.1/../../x", "1", "v1.3.1", "1.3.1\n", "1.3.1 ", "latest"],
+    ("gpu_exporter", "gpu_exporter_nvidia_gpu_exporter_backend"): ["NVML", "nvml ", "exec\n", "", "smi", True, 1],
     ("gpu_exporter", "gpu_exporter_nvidia_gpu_exporter_url"): ["ftp://x/y", "https://x/y z", "https://x/\ny", "", "//x/y",
                                                                "javascript:alert(1)"],
     ("gpu_exporter", "gpu_exporter_nvidia_gpu_exporter_sha256"): ["0" * 63, "0" * 65, "g" * 64, "0" * 64 + "\n", " " + "0" * 64],
