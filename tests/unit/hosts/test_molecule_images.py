@@ -8,11 +8,10 @@ them out, unless GPUHOST_MOLECULE_ALL=1."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
+import script_module
 
 REPO = Path(__file__).resolve().parents[3]
 IMAGES = REPO / "tests" / "molecule" / "images.py"
@@ -20,14 +19,7 @@ IMAGES = REPO / "tests" / "molecule" / "images.py"
 
 @pytest.fixture(name="images")
 def _images():
-    spec = importlib.util.spec_from_file_location("gpuhost_molecule_images", IMAGES)
-    module = importlib.util.module_from_spec(spec)
-    written, sys.dont_write_bytecode = sys.dont_write_bytecode, True
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.dont_write_bytecode = written
-    return module
+    return script_module.load("gpuhost_molecule_images", IMAGES)
 
 
 def _printed(images, capsys, names: list[str]) -> set[str]:

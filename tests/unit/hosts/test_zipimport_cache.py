@@ -11,22 +11,14 @@ import zipimport
 from pathlib import Path
 
 import pytest
+import script_module
 
 CACHE_MODULE = Path(__file__).resolve().parents[2] / "hosts" / "debian12" / "gpuhost_test_zipimport_cache.py"
 
 
 def _load(name: str = "gpuhost_test_zipimport_cache"):
-    """The module, loaded from the image's directory without writing bytecode there: tests/hosts/build.sh keys the test
-    images by every file in that directory, so a __pycache__ written while `make test` runs changes the key and rebuilds
-    debian12 and every image built on it."""
-    spec = importlib.util.spec_from_file_location(name, CACHE_MODULE)
-    module = importlib.util.module_from_spec(spec)
-    written, sys.dont_write_bytecode = sys.dont_write_bytecode, True
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.dont_write_bytecode = written
-    return module
+    """The module, loaded from the image's directory without writing bytecode there (script_module.load)."""
+    return script_module.load(name, CACHE_MODULE)
 
 
 @pytest.fixture(name="cache")
