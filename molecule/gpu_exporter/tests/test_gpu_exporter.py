@@ -6,14 +6,14 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import time
-import urllib.parse
 import urllib.request
 from pathlib import Path
 
 import pytest
+from gpuhost_prometheus import prometheus as run_prometheus
+from gpuhost_prometheus import query
 from gpuhost_testinfra import run_playbook_json
 from gpuhost_testinfra import test_check_after_converge_changes_nothing, test_check_mode_predicted_converge  # noqa: F401  pylint: disable=unused-import
 
@@ -71,53 +71,15 @@ def test_file_sd_lists_every_host_labelled_from_the_facts(gpuhost_instance):
     assert entry["labels"]["gpuhost_gpu_model"] == {"dcgm": "NVIDIA H100 80GB HBM3", "nvgpu": "NVIDIA GeForce RTX 4090"}[role(gpuhost_instance)]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _query(base: str, expr: str) -> list[dict]:
-    url = f"{base}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
-    with urllib.request.urlopen(url, timeout=10) as resp:  # noqa: S310 - localhost
-        data = json.loads(resp.read())
-    assert data["status"] == "success", data
-    return data["data"]["result"]
-
-
 @pytest.fixture(scope="module")
 def prometheus(tmp_path_factory):
     """Debian's prometheus (bindep.txt) on the controller, loading the generated file_sd and the rules file
     playbooks/exporter.yml wrote next to it."""
-    binary = shutil.which("prometheus")
-    if binary is None:
-        pytest.fail("prometheus is not installed (bindep.txt; tests/deps/install.sh)")
-    work = tmp_path_factory.mktemp("prometheus")
-    (work / "prometheus.yml").write_text(
-        "global: {scrape_interval: 1s, scrape_timeout: 1s, evaluation_interval: 1s}\n"
-        f"rule_files: ['{RULES}']\n"
-        f"scrape_configs:\n  - job_name: gpu\n    file_sd_configs: [{{files: ['{FILE_SD}'], refresh_interval: 1s}}]\n",
-        encoding="utf-8")
-    port = _free_port()
-    proc = subprocess.Popen([binary, f"--config.file={work / 'prometheus.yml'}", f"--storage.tsdb.path={work / 'data'}",
-                             f"--web.listen-address=127.0.0.1:{port}"], stdout=subprocess.DEVNULL,
-                            stderr=(work / "log").open("w"))
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if len(_query(base, "up == 1")) == 2 and _query(base, "DCGM_FI_DEV_GPU_UTIL") and _query(base, "nvidia_smi_gpu_info"):
-                    break
-            except OSError:
-                pass
-            assert proc.poll() is None, (work / "log").read_text()
-            assert time.monotonic() < deadline, f"Prometheus did not scrape both hosts: {_query(base, 'up')}"
-            time.sleep(0.5)
+    def ready(base: str) -> bool:
+        return bool(len(query(base, "up == 1")) == 2 and query(base, "DCGM_FI_DEV_GPU_UTIL") and query(base, "nvidia_smi_gpu_info"))
+
+    with run_prometheus(tmp_path_factory.mktemp("prometheus"), RULES, FILE_SD, ready, "both hosts") as base:
         yield base
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
 
 
 def test_the_alert_rules_evaluate_on_the_scraped_series_and_none_fires(prometheus):
@@ -147,8 +109,8 @@ def test_the_alert_rules_evaluate_on_the_scraped_series_and_none_fires(prometheu
 
 
 def test_prometheus_has_one_series_per_gpu_per_host(prometheus):
-    dcgm = _query(prometheus, "DCGM_FI_DEV_GPU_UTIL")
-    nvgpu = _query(prometheus, "nvidia_smi_gpu_info")
+    dcgm = query(prometheus, "DCGM_FI_DEV_GPU_UTIL")
+    nvgpu = query(prometheus, "nvidia_smi_gpu_info")
     assert sorted((s["metric"]["gpuhost_host"], s["metric"]["UUID"], s["metric"]["modelName"]) for s in dcgm) == [
         ("gpuhost-debian12-gpu_exporter-dcgm", "GPU-5c3b9d2e-0f4a-4b1e-9c6d-7a8b9c0d1e2f", "NVIDIA H100 80GB HBM3"),
         ("gpuhost-debian12-gpu_exporter-dcgm", "GPU-8e7d6c5b-4a39-4281-b7f6-e5d4c3b2a190", "NVIDIA H100 80GB HBM3")]
@@ -158,7 +120,7 @@ def test_prometheus_has_one_series_per_gpu_per_host(prometheus):
     # The exporters' own labels arrive under their own names: no file_sd label took their place.
     assert not [k for s in dcgm + nvgpu for k in s["metric"] if k.startswith("exported_")]
     assert {s["metric"]["gpuhost_driver_version"] for s in nvgpu} == {"575.64.03"}
-    per_host = {s["metric"]["gpuhost_host"]: int(s["value"][1]) for s in _query(
+    per_host = {s["metric"]["gpuhost_host"]: int(s["value"][1]) for s in query(
         prometheus, "count by (gpuhost_host) (DCGM_FI_DEV_GPU_UTIL) or count by (gpuhost_host) (nvidia_smi_gpu_info)")}
     assert per_host == {"gpuhost-debian12-gpu_exporter-dcgm": 2, "gpuhost-debian12-gpu_exporter-nvgpu": 1}
 
@@ -171,8 +133,8 @@ def test_dashboard_queries_return_data(prometheus, dashboard):
     for var in board["templating"]["list"]:
         if var["type"] == "query":
             match = re.fullmatch(r"label_values\((\w+), (\w+)\)", var["query"]["query"])
-            assert match and _query(prometheus, match.group(1)), var
-    empty = [e for e in exprs if not _query(prometheus, e.replace("$host", ".*"))]
+            assert match and query(prometheus, match.group(1)), var
+    empty = [e for e in exprs if not query(prometheus, e.replace("$host", ".*"))]
     assert empty == []
 
 

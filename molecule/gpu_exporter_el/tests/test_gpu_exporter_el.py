@@ -7,15 +7,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import socket
-import subprocess
-import time
-import urllib.parse
-import urllib.request
 from pathlib import Path
 
 import pytest
+from gpuhost_prometheus import prometheus as run_prometheus
+from gpuhost_prometheus import query
 from gpuhost_testinfra import run_playbook_json
 from gpuhost_testinfra import test_check_after_converge_changes_nothing, test_check_mode_predicted_converge  # noqa: F401  pylint: disable=unused-import
 
@@ -54,61 +50,23 @@ def test_the_report_says_why_the_profiling_module_came():
     assert entries[0]["targets"][0].endswith(":9400")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _query(base: str, expr: str) -> list[dict]:
-    url = f"{base}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
-    with urllib.request.urlopen(url, timeout=10) as resp:  # noqa: S310 - localhost
-        data = json.loads(resp.read())
-    assert data["status"] == "success", data
-    return data["data"]["result"]
-
-
 @pytest.fixture(scope="module")
 def prometheus(tmp_path_factory):
     """Debian's prometheus on the controller, loading the file_sd and rules playbooks/exporter.yml wrote."""
-    binary = shutil.which("prometheus")
-    if binary is None:
-        pytest.fail("prometheus is not installed (bindep.txt; tests/deps/install.sh)")
-    work = tmp_path_factory.mktemp("prometheus")
-    (work / "prometheus.yml").write_text(
-        "global: {scrape_interval: 1s, scrape_timeout: 1s, evaluation_interval: 1s}\n"
-        f"rule_files: ['{RULES}']\n"
-        f"scrape_configs:\n  - job_name: gpu\n    file_sd_configs: [{{files: ['{FILE_SD}'], refresh_interval: 1s}}]\n",
-        encoding="utf-8")
-    port = _free_port()
-    proc = subprocess.Popen([binary, f"--config.file={work / 'prometheus.yml'}", f"--storage.tsdb.path={work / 'data'}",
-                             f"--web.listen-address=127.0.0.1:{port}"], stdout=subprocess.DEVNULL,
-                            stderr=(work / "log").open("w"))
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if _query(base, "up == 1") and _query(base, "DCGM_FI_DEV_GPU_UTIL"):
-                    break
-            except OSError:
-                pass
-            assert proc.poll() is None, (work / "log").read_text()
-            assert time.monotonic() < deadline, f"Prometheus did not scrape the host: {_query(base, 'up')}"
-            time.sleep(0.5)
+    def ready(base: str) -> bool:
+        return bool(query(base, "up == 1") and query(base, "DCGM_FI_DEV_GPU_UTIL"))
+
+    with run_prometheus(tmp_path_factory.mktemp("prometheus"), RULES, FILE_SD, ready, "the host") as base:
         yield base
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
 
 
 def test_prometheus_scrapes_the_el_host_and_the_dashboard_has_data(prometheus):
-    series = _query(prometheus, "DCGM_FI_DEV_GPU_UTIL")
+    series = query(prometheus, "DCGM_FI_DEV_GPU_UTIL")
     assert [(s["metric"]["UUID"], s["metric"]["modelName"], s["metric"]["gpuhost_exporter"]) for s in series] == [
         (UUID, "NVIDIA A100-SXM4-80GB", "dcgm")]
     board = json.loads(DASHBOARD.read_text(encoding="utf-8"))
     exprs = [target["expr"] for panel in board["panels"] for target in panel["targets"]]
-    assert [e for e in exprs if not _query(prometheus, e.replace("$host", ".*"))] == []
+    assert [e for e in exprs if not query(prometheus, e.replace("$host", ".*"))] == []
 
 
 def test_a_rogue_key_fails_before_any_change(host):
