@@ -324,10 +324,12 @@ def test_nvidia_gpu_exporter_stub_emits_exactly_the_published_names_and_labels(t
     assert uuids == {g["uuid"].lower().removeprefix("gpu-") for g in GPUS["gpus"]}
 
 
-def test_the_molecule_scenario_queries_only_published_names():
-    """The scenario's own PromQL (its Prometheus checks) is held to the same vocabulary as the dashboards."""
-    text = (ROOT / "molecule" / "gpu_exporter" / "tests" / "test_gpu_exporter.py").read_text(encoding="utf-8")
-    queries = re.findall(r'_query\(\s*(?:prometheus|base),\s*"([^"]+)"', text)
+@pytest.mark.parametrize("scenario", ["gpu_exporter", "gpu_exporter_el"])
+def test_the_molecule_scenario_queries_only_published_names(scenario):
+    """The scenarios' own PromQL (their Prometheus checks, through molecule/resources/gpuhost_prometheus.py's query) is
+    held to the same vocabulary as the dashboards."""
+    text = "".join(path.read_text(encoding="utf-8") for path in sorted((ROOT / "molecule" / scenario / "tests").glob("test_*.py")))
+    queries = re.findall(r'\bquery\(\s*(?:prometheus|base),\s*"([^"]+)"', text)
     assert len(queries) >= 3
     problems = [p for q in queries for p in pq.check(q, EXPORTERS, TARGET_LABELS) if "mixes exporters" not in p]
     assert problems == []
