@@ -52,8 +52,9 @@ def test_the_script_and_the_role_share_the_header():
 
 
 @needs_corpus
-@pytest.mark.parametrize("path, gfd_deployed", [(p, False) for p in SAMPLE] + [(SAMPLE[0], True)],
-                         ids=[os.path.basename(p) for p in SAMPLE] + ["gfd-deployed"])
+# SAMPLE[:1]: without the corpus (a clone with no ../shared) the list is empty and the test skips, not fails to collect.
+@pytest.mark.parametrize("path, gfd_deployed", [(p, False) for p in SAMPLE] + [(p, True) for p in SAMPLE[:1]],
+                         ids=[os.path.basename(p) for p in SAMPLE] + ["gfd-deployed"] * len(SAMPLE[:1]))
 def test_boot_refresh_writes_what_the_role_writes(path, gfd_deployed, no_pynvml, fake_smi, host_tree, run_module, tmp_path):
     text = _read(path)
     root = host_tree(_tree_profile(_smi.parse(text), PUBLIC_XML.index(path)))
