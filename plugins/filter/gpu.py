@@ -17,7 +17,6 @@ from ansible_collections.gpuhost.nvidia.plugins.plugin_utils._lazy import module
 
 # Imported when a filter of this file first runs, not when Ansible loads the file (plugin_utils/_lazy.py).
 _catalog = module_utils("_catalog")
-_driver = module_utils("_driver")
 _gpu_schema = module_utils("_gpu_schema")
 
 PREFER = ("lowest_utilization", "lowest_index", "most_memory")
@@ -134,7 +133,7 @@ def select_gpus(
 def gpu_arch(value: t.Any) -> str | None:
     """Architecture from a compute capability, a PCI device id, or a GPU entry of the facts."""
     if isinstance(value, Mapping):
-        return _driver.gpu_architecture(value)
+        return _catalog.gpu_architecture(value)
     if isinstance(value, float):
         value = "%.1f" % value
     return _catalog.architecture(value)

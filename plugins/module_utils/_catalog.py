@@ -334,6 +334,16 @@ def architecture(value: t.Any) -> str | None:
     return arch_from_device_id(value)
 
 
+def gpu_architecture(gpu: t.Mapping[str, t.Any]) -> str | None:
+    """Architecture of one GPU (or PCI function) of the facts: the facts' name, else the catalog's from the compute
+    capability or the PCI id."""
+    return (
+        normalize_architecture(gpu.get("architecture"))
+        or architecture(gpu.get("compute_capability"))
+        or architecture(gpu.get("pci_device_id"))
+    )
+
+
 def normalize_architecture(name: t.Any) -> str | None:
     """Map nvidia-smi's ``product_architecture`` (``Ada Lovelace``, ``Hopper``...) onto ARCHITECTURES."""
     if not name:

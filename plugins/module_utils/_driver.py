@@ -91,15 +91,6 @@ def parse_branch(value: t.Any) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def gpu_architecture(gpu: Mapping[str, t.Any]) -> str | None:
-    """Architecture of one GPU (or PCI function) of the facts: the facts' name, else the catalog's from the PCI id."""
-    return (
-        _catalog.normalize_architecture(gpu.get("architecture"))
-        or _catalog.architecture(gpu.get("compute_capability"))
-        or _catalog.architecture(gpu.get("pci_device_id"))
-    )
-
-
 def _gpus(facts: Mapping[str, t.Any]) -> list[dict[str, t.Any]]:
     """GPUs from the facts; GPU-class PCI functions that no richer source listed are added from pci_functions."""
     out: list[dict[str, t.Any]] = []
@@ -231,7 +222,7 @@ def plan(
         result["errors"] = request_errors(request) + [e for e in errors if e.startswith("the GPU facts list")]
         return result
 
-    arch_by_gpu = [(g.get("pci_bus_id"), gpu_architecture(g)) for g in driven]
+    arch_by_gpu = [(g.get("pci_bus_id"), _catalog.gpu_architecture(g)) for g in driven]
     archs = sorted({a for _b, a in arch_by_gpu if a}, key=_catalog.ARCHITECTURES.index)
     result["architectures"] = archs
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import typing as t
 
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _catalog
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _catalog, _gpu_schema
 from ansible_collections.gpuhost.nvidia.plugins.module_utils._ids import version_tuple
 
 # The os_family values (Ansible's) whose hosts this role installs DCGM on, and why not on the others it knows.
@@ -82,15 +82,11 @@ def needs_proprietary(request: t.Any, collectors: t.Any, facts: t.Mapping[str, t
     fields = profiling_fields(collectors)
     if not fields:
         return False, "no profiling field (DCGM_FI_PROF_*) in the collectors"
-    gpus = (facts or {}).get("gpus") if isinstance((facts or {}).get("gpus"), list) else []
+    gpus = _gpu_schema.gpus(facts)
     older: list[str] = []
     unknown: list[str] = []
     for gpu in gpus:
-        if not isinstance(gpu, t.Mapping):
-            continue
-        arch = _catalog.normalize_architecture(gpu.get("architecture"))
-        if arch is None and gpu.get("pci_device_id"):
-            arch = _catalog.architecture(gpu.get("pci_device_id"))
+        arch = _catalog.gpu_architecture(gpu)
         label = "GPU %s (%s)" % (gpu.get("index", "?"), gpu.get("name") or "unnamed")
         if arch in PROFILING_MODULE_ARCHITECTURES:
             older.append("%s, %s" % (label, arch))

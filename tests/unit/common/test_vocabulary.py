@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.gpuhost.nvidia.plugins.filter import gpu as gpu_filter
-from ansible_collections.gpuhost.nvidia.plugins.module_utils import _compose, _doctor, _driver, _pci, _runtime, _toolkit, _vfio
+from ansible_collections.gpuhost.nvidia.plugins.module_utils import _catalog, _compose, _doctor, _driver, _pci, _runtime, _toolkit, _vfio
 
 PLUGINS = Path(__file__).resolve().parents[3] / "plugins"
 
@@ -37,7 +37,8 @@ def test_doctor_reads_containerd_runtime_tables_from_the_runtime_planner():
     {"architecture": None, "compute_capability": None, "pci_device_id": "10de:20b0"}, {}, {"pci_device_id": "10de:ffff"},
 ])
 def test_gpu_arch_filter_is_the_planners_gpu_architecture(gpu):
-    assert gpu_filter.gpu_arch(gpu) == _driver.gpu_architecture(gpu)
+    """The filter, the driver's plan and the exporter's profiling decision read one function: the catalog's."""
+    assert gpu_filter.gpu_arch(gpu) == _catalog.gpu_architecture(gpu)
 
 
 @pytest.mark.parametrize("module, name", [
