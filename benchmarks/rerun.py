@@ -148,7 +148,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3, help="runs of ping, setup and nvidia_gpu_facts for their medians")
     parser.add_argument("--port", type=int, default=22922)
-    parser.add_argument("--keep", action="store_true", help="leave the container running")
+    parser.add_argument("--keep", action="store_true", help="leave the container running, and its inventory")
     parser.add_argument("--profile", type=int, default=0, metavar="N", help="list the N slowest tasks of the first converge")
     parser.add_argument("--first-only", action="store_true", help="only the first converge, then raw apt")
     parser.add_argument("--log", type=Path, metavar="FILE", help="write the first converge's whole output there")
@@ -225,9 +225,11 @@ def main() -> None:
             print("the %d slowest tasks of the first converge (ansible.posix.profile_tasks):" % args.profile)
             print("\n".join(line for line in profile.splitlines() if re.search(r"[0-9.]+s$", line) and "PLAY RECAP" not in line))
     finally:
-        if not args.keep:
+        if args.keep:
+            print("kept: the host %s, its inventory %s" % (NAME, work / "inventory.yml"))
+        else:
             subprocess.run(["podman", "rm", "-f", NAME], capture_output=True, check=False, env=PODMAN_ENV)
-        shutil.rmtree(work, ignore_errors=True)
+            shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -27,27 +27,33 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import typing as t
 import uuid
 
 import yaml
 
 from ansible import constants as C
-from ansible.errors import AnsibleActionFail
+from ansible.errors import AnsibleActionFail, AnsibleError
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
+from ansible.template import Templar
 
 from ansible_collections.gpuhost.nvidia.plugins.module_utils import _converged, _files
 # plain: what the observation's registered variable and fact hold, as plain JSON types.
 from ansible_collections.gpuhost.nvidia.plugins.plugin_utils._filter_args import plain
 
 RECORD_DIR = _files.STATE_DIR + "/converged"
+# This collection's roles: plugins/action/ is two levels under the collection's root.
+ROLES_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "roles")
 # The internal role whose probe.yml and record.yml run this action for the role that included it.
 COMMON_ROLE = "internal_common"
 FACT_KEYS = ("distribution", "distribution_version", "distribution_release", "os_family", "kernel", "architecture", "pkg_mgr")
 DRIVER_KEYS = ("version", "branch", "kernel_module_type", "kernel_module_loaded", "kernel_module_version", "library_version")
 GPU_KEYS = ("index", "uuid", "name", "pci_bus_id", "pci_device_id", "architecture", "compute_capability", "bound_driver", "iommu_group")
 FUNCTION_KEYS = ("pci_bus_id", "pci_device_id", "class", "bound_driver", "iommu_group")
+# The host facts that pick a role's per-OS variable files (the internal common role's vars.yml rule).
+OS_KEYS = ("os_family", "distribution", "distribution_major_version", "distribution_version")
 PKG_MGR = {"apt": "apt", "dnf": "dnf", "dnf5": "dnf5", "yum": "yum", "pacman": "pacman"}
 
 
@@ -152,13 +158,121 @@ class ActionModule(ActionBase):
             value = self._templar.template(value)  # an inventory value such as "{{ lookup('env', ...) }}"
         return boolean(value, strict=False)
 
-    def _role_variables(self, role_path: str, task_vars: dict[str, t.Any]) -> dict[str, t.Any]:
+    def _role_context(self, name: str, role_path: str, task_vars: dict[str, t.Any]) -> dict[str, t.Any]:
+        """The variables a role's digest is templated with, the same inside the role and in its play before it.
+
+        Inside a role Ansible has merged the role's defaults and vars into ``task_vars``; before the role (a pre-task of
+        its play in playbooks/site.yml) they are not there. Both get: ``task_vars``, the role's defaults where nothing
+        else sets a name, then the role's vars/main.yml and its per-OS files (the internal common role's vars.yml rule,
+        templated from the internal common role's own vars) over everything. The role's own files never set a name of
+        its argument specification (tests/unit/roles), so a user's value of one of those is seen the same in both places.
+        """
+        defaults = self._load_vars(os.path.join(role_path, "defaults", "main.yml"))
+        own = self._load_vars(os.path.join(role_path, "vars", "main.yml"))
+        common = self._load_vars(os.path.join(os.path.dirname(role_path), COMMON_ROLE, "vars", "main.yml"))
+        context = dict(task_vars)
+        for key, value in defaults.items():
+            context.setdefault(key, value)
+        context.update(own)
+        facts = task_vars.get("ansible_facts") or {}
+        if not all(key in facts for key in OS_KEYS):
+            # No host facts (a play that gathered none, before the role gathers them): the role's probe follows its own
+            # loading of them, and before the role site.yml always has them (the observation).
+            return context
+        lookup = dict(context, **common)
+        lookup.update(ansible_parent_role_paths=[role_path], ansible_parent_role_names=["gpuhost.nvidia." + name])
+        for path in Templar(loader=self._loader, variables=lookup).template(common["__internal_common_vars_files"]) or []:
+            context.update(self._load_vars(str(path)))
+        return context
+
+    def _load_vars(self, path: str) -> dict[str, t.Any]:
+        if not os.path.isfile(path):
+            return {}
+        try:
+            # As Ansible loads a role's defaults and vars: their templates are trusted (ansible-core 2.19 templates no
+            # other string). Not from the loader's cache, whose entry may be another load's (trusted or not).
+            data = self._loader.load_from_file(path, cache="none", trusted_as_template=True)
+        except TypeError:  # ansible-core 2.18: every string is a template; its cache switch is a boolean
+            data = self._loader.load_from_file(path, cache=False)
+        return dict(data) if isinstance(data, dict) else {}
+
+    def _role_inputs(self, name: str, code_paths: list[str], task_vars: dict[str, t.Any]) -> dict[str, t.Any]:
+        """What the role's inputs digest covers (module docs): the code, the variables of its argument specification,
+        the host facts, the GPU facts, and the role's ``__<role>_converged_inputs`` (what else it plans from)."""
+        role_path = code_paths[0]
         spec_file = os.path.join(role_path, "meta", "argument_specs.yml")
         with open(spec_file, "rb") as handle:
-            specs = yaml.safe_load(handle) or {}
+            # libyaml where PyYAML has it: the pure-Python parser took about 70 ms for one role's specification.
+            specs = yaml.load(handle, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}
         names = sorted(((specs.get("argument_specs") or {}).get("main") or {}).get("options") or {})
-        # Resolved as the role's argument validation resolves them.
-        return self._templar.template({name: task_vars[name] for name in names if name in task_vars})
+        context = self._role_context(name, role_path, task_vars)
+        templar = Templar(loader=self._loader, variables=context)
+        extra_name = "__%s_converged_inputs" % name
+        facts = task_vars.get("ansible_facts") or {}
+        collection_plugins = os.path.normpath(os.path.join(role_path, "..", "..", "plugins"))
+        return {
+            "role": name,
+            "code": tree_digest(code_paths + ([collection_plugins] if os.path.isdir(collection_plugins) else [])),
+            # Resolved as the role's argument validation resolves them.
+            "variables": templar.template({key: context[key] for key in names if key in context}),
+            "facts": {key: facts.get(key) for key in FACT_KEYS},
+            "gpu": gpu_facts(facts.get("nvidia_gpu")),
+            "extra": templar.template(context[extra_name]) if extra_name in context else {},
+        }
+
+    def _before_role(self, result: dict[str, t.Any], args: dict[str, t.Any], task_vars: dict[str, t.Any]) -> dict[str, t.Any]:
+        """``role`` (a pre-task of the role's play): the role's probe answered on the controller from this run's
+        observation, never by the host; ``roles`` (the first play): which of those roles' records hold, changing
+        nothing, so that their variable checks can be left to a role that does take its full path."""
+        single = args.pop("role", None)
+        names = [single] if single else list(args.pop("roles", None) or [])
+        facts = task_vars.get("ansible_facts") or {}
+        observation = plain(task_vars.get(_converged.OBSERVATION_VAR))
+        status = plain(facts.get(_converged.OBSERVATION_FACT))
+        common_path = os.path.join(ROLES_DIR, COMMON_ROLE)
+        # The records' directory: the one the roles' own probes and records use (path: another, as for observe).
+        directory = os.path.normpath(str(args.pop("path", None) or RECORD_DIR))
+        answers: dict[str, dict[str, t.Any]] = {}
+        for name in names:
+            role_path = os.path.join(ROLES_DIR, str(name))
+            # A role with a converged record: its argument specification and the hand-back its play includes.
+            if not re.match(r"^[a-z][a-z0-9_]*$", str(name)) or not all(
+                    os.path.isfile(os.path.join(role_path, *part)) for part in (("meta", "argument_specs.yml"), ("tasks", "converged.yml"))):
+                raise AnsibleActionFail("gpuhost_converged: role %r is not a role of gpuhost.nvidia with a converged record "
+                                        "(one of %s)" % (name, ", ".join(sorted(
+                                            d for d in os.listdir(ROLES_DIR) if os.path.isfile(os.path.join(ROLES_DIR, d, "tasks", "converged.yml"))))))
+            path = "%s/%s.json" % (directory, name)
+            answer, digest = None, None
+            if self._play_context.check_mode:
+                reason = "check mode: the role probes the host itself"
+            elif self._full_run(task_vars):
+                reason = "%s is true: every role takes its full path" % _converged.FULL_RUN_VAR
+            elif not single and not _converged.may_hold(observation, path):
+                # The first play's question, where no digest is needed: the observation has no record here that could
+                # hold (none, unusable, drifted, or not observed).
+                reason = "the observation finds no record that holds: the role probes for itself"
+            else:
+                try:
+                    digest = _converged.inputs_digest(self._role_inputs(str(name), [role_path, common_path], task_vars))
+                except AnsibleError as exc:
+                    reason = "the role's inputs cannot be resolved before the role: %s" % exc
+                if digest is not None:
+                    answer = _converged.local_answer(observation, status, path, digest, self._playbook())
+                    reason = "the observation cannot answer: the role asks the host itself" if answer is None else ""
+            if answer is None:
+                answer = {"converged": False, "changed": False, "path": path, "outputs": {}, "drift": [reason]}
+            answers[str(name)] = dict(answer, inputs_digest=digest)
+        if not single:
+            result.update(changed=False, converged_roles=[name for name, answer in answers.items() if answer["converged"]])
+            return result
+        answer = answers[single]
+        result.update(answer, role=single)
+        # A converged answer uses the record, as the role's own probe would (its next probe asks the host); any other
+        # answer leaves the observation as it was, for the role's own probe.
+        after = _converged.status_after(observation, status, answer["path"], "probe", True) if answer["converged"] else None
+        if after is not None:
+            result["ansible_facts"] = {_converged.OBSERVATION_FACT: after}
+        return result
 
     def run(self, tmp: t.Any = None, task_vars: dict[str, t.Any] | None = None) -> dict[str, t.Any]:
         task_vars = task_vars or {}
@@ -185,6 +299,8 @@ class ActionModule(ActionBase):
             return self._observe(result, args, task_vars)
         if state == "flush":
             return self._flush(result, args, task_vars)
+        if state == "probe" and (args.get("role") or args.get("roles")):
+            return self._before_role(result, args, task_vars)
         if not args.get("path"):
             if name is None:
                 raise AnsibleActionFail("gpuhost_converged outside a role needs path")
@@ -193,15 +309,9 @@ class ActionModule(ActionBase):
         if state in ("probe", "record") and not args.get("inputs_digest"):
             if name is None:
                 raise AnsibleActionFail("gpuhost_converged outside a role needs inputs_digest")
-            collection_plugins = os.path.join(role_path, "..", "..", "plugins")
-            inputs = {
-                "role": name,
-                "code": tree_digest(code_paths + ([os.path.normpath(collection_plugins)] if os.path.isdir(collection_plugins) else [])),
-                "variables": self._role_variables(role_path, task_vars),
-                "facts": {key: facts.get(key) for key in FACT_KEYS},
-                "gpu": gpu_facts(facts.get("nvidia_gpu")),
-                "extra": extra,
-            }
+            inputs = self._role_inputs(name, code_paths, task_vars)
+            if extra:
+                inputs["extra"] = extra
             args["inputs_digest"] = _converged.inputs_digest(inputs)
         # The observation this run took at its start, and the host fact that says what of it still holds.
         observation = plain(task_vars.get(_converged.OBSERVATION_VAR))

@@ -432,6 +432,15 @@ def local_answer(observation: t.Any, status: t.Any, path: str, digest: str, play
     return dict(answer, changed=False, path=path, outputs=outputs)
 
 
+def may_hold(observation: t.Any, path: str) -> bool:
+    """Whether ``observation`` has a record at ``path`` that a probe could find converged: usable, observed, no drift
+    (whether its inputs digest is the role's, and whether the observation still holds, ``local_answer`` decides)."""
+    if not isinstance(observation, dict) or not isinstance(observation.get("records"), dict):
+        return False
+    entry = observation["records"].get(path)
+    return isinstance(entry, dict) and "problem" not in entry and "live" not in entry and not entry.get("drift")
+
+
 def status_after(observation: t.Any, status: t.Any, path: str, state: str, converged: bool) -> dict[str, t.Any] | None:
     """The fact after a probe, record or removal of ``path``; None when it does not change (or is not this run's).
 

@@ -80,8 +80,25 @@ options:
   inputs:
     description:
       - More data the role plans from, folded into the inputs digest by the action plugin (the module itself ignores it).
+        In a role, the action plugin reads it from the role's own C(__<role>_converged_inputs) variable when this is
+        not given.
     type: dict
     default: {}
+  role:
+    description:
+      - O(state=probe) outside the role, in a task of the role's play before the role (playbooks/site.yml) - the role of
+        this collection whose record to probe. The action plugin computes the role's inputs digest exactly as the role's
+        own probe does (the role's defaults, vars and per-OS files, which Ansible has not loaded there) and answers from
+        this run's observation (O(state=observe)) on the controller. It never asks the host - where the observation
+        cannot answer, or in check mode, the answer is C(converged=false) and the role probes for itself.
+      - O(path) is then the records' directory, by default C(/var/lib/gpuhost/converged).
+    type: str
+  roles:
+    description:
+      - O(state=probe) outside the roles - as O(role) for each of these roles, returning only RV(converged_roles), and
+        leaving the observation unused (the roles' own probes still answer from it).
+    type: list
+    elements: str
   inputs_digest:
     description:
       - The sha256 of everything the role plans from. Required for V(probe) and V(record).
@@ -255,6 +272,23 @@ converged:
   returned: state is probe or record
   type: bool
   sample: true
+converged_roles:
+  description: O(state=probe) with O(roles) - the roles whose record this run's observation finds holding.
+  returned: state is probe with roles
+  type: list
+  elements: str
+  sample: [nvidia_driver, nvidia_container_toolkit, gpu_compose]
+role:
+  description: O(state=probe) with O(role) - the role asked for.
+  returned: state is probe with role
+  type: str
+  sample: nvidia_driver
+inputs_digest:
+  description: O(state=probe) with O(role) - the role's inputs digest as computed on the controller; null where it was not
+    computed (check mode, a full run) or its inputs could not be resolved before the role.
+  returned: state is probe with role
+  type: str
+  sample: 4f2a0c9d1e7b...
 records:
   description:
     - O(state=observe) - per record file, what a probe of it needs besides the inputs digest - C(problem) (why there is
@@ -370,6 +404,8 @@ def main() -> None:
             state=dict(type="str", choices=["probe", "record", "absent", "observe", "flush"], default="probe"),
             path=dict(type="path"),
             inputs=dict(type="dict", default={}),
+            role=dict(type="str"),
+            roles=dict(type="list", elements="str"),
             defer=dict(type="bool", default=False),
             gpu_facts=dict(type="bool", default=False),
             gpu_facts_root=dict(type="path", default="/"),

@@ -7,8 +7,12 @@ module in-process (the conftest's ``module``)."""
 
 from __future__ import annotations
 
+import copy
 import json
 import types
+
+from ansible.parsing.dataloader import DataLoader
+from ansible.template import Templar
 
 from ansible_collections.gpuhost.nvidia.plugins.action import gpuhost_converged as action_plugin
 
@@ -19,9 +23,12 @@ class Controller:
     """One host's variables on the controller, updated from each task's result as the strategy does: returned
     ``ansible_facts`` into the host's facts, a registered result into its variables."""
 
-    def __init__(self, module, playbook=PLAYBOOK):
+    def __init__(self, module, playbook=PLAYBOOK, tagged=False):
         self.module = module
         self.playbook = playbook
+        # tagged: the variables reach the plugin as they are (a deep copy), with ansible-core's trust tags on templates
+        # (an inventory's and a role's templates are trusted); otherwise as plain JSON, as the strategy's copy was.
+        self.tagged = tagged
         self.vars = {"ansible_facts": {"pkg_mgr": "apt"}}
         self.remote = []  # the module calls that reached the host
 
@@ -30,7 +37,8 @@ class Controller:
         task = types.SimpleNamespace(args=dict(args), async_val=0, check_mode=check_mode, action="gpuhost.nvidia.gpuhost_converged",
                                      get_play=lambda: play)
         connection = types.SimpleNamespace(_shell=types.SimpleNamespace(tmpdir="/tmp/ansible-tmp"))
-        plugin = action_plugin.ActionModule(task, connection, types.SimpleNamespace(check_mode=check_mode), None, None)
+        loader = DataLoader()
+        plugin = action_plugin.ActionModule(task, connection, types.SimpleNamespace(check_mode=check_mode), loader, Templar(loader=loader), None)
 
         def execute_module(module_name, module_args, task_vars):
             assert module_name == "gpuhost.nvidia.gpuhost_converged"
@@ -38,7 +46,7 @@ class Controller:
             return self.module(module_args, check_mode=check_mode)
 
         plugin._execute_module = execute_module
-        result = plugin.run(task_vars=json.loads(json.dumps(self.vars)))
+        result = plugin.run(task_vars=copy.deepcopy(self.vars) if self.tagged else json.loads(json.dumps(self.vars)))
         if "ansible_facts" in result:
             self.vars["ansible_facts"].update(result["ansible_facts"])
         if register:

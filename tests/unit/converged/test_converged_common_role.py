@@ -11,25 +11,9 @@ from __future__ import annotations
 import pathlib
 import shutil
 
-import pytest
-from ansible.parsing.dataloader import DataLoader
-from ansible.template import Templar
-
 import converged_harness
-from ansible_collections.gpuhost.nvidia.plugins.action import gpuhost_converged as action_plugin
 
 ROLES = pathlib.Path(__file__).resolve().parents[3] / "roles"
-
-
-@pytest.fixture(autouse=True)
-def templar(monkeypatch):
-    """The harness builds the plugin without a templar; the role variables need one (plain values pass through)."""
-    init = action_plugin.ActionModule.__init__
-
-    def with_templar(self, *args, **kwargs):
-        init(self, *args, **kwargs)
-        self._templar = Templar(loader=DataLoader())
-    monkeypatch.setattr(action_plugin.ActionModule, "__init__", with_templar)
 
 
 def _controller(module, common: pathlib.Path, caller: str = "gpu_compose", **variables) -> converged_harness.Controller:

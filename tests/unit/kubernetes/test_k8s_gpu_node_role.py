@@ -63,17 +63,24 @@ def test_the_role_checks_first_then_probes_and_ends_itself_before_loading_its_va
     assert tasks[0]["ansible.builtin.import_tasks"] == "check.yml"
     probe = tasks[names.index("Probe whether the host is as the role's last full run left it")]
     assert probe["ansible.builtin.include_role"] == {"name": "gpuhost.nvidia.internal_common", "tasks_from": "probe.yml"}
-    assert probe["vars"] == {"internal_common_inputs": "{{ __k8s_gpu_node_converged_inputs }}"}
-    end = names.index("End the role on a converged host")
-    assert [task.get("ansible.builtin.meta") for task in tasks[end]["block"]][-1] == "end_role"
-    # Both conditions of the end repeat the probe's, so a probe result of an earlier role never ends this one.
-    assert tasks[end]["when"][0] == probe["when"] and "not ansible_check_mode" in tasks[end]["when"]
+    # What else the role plans from is its own __k8s_gpu_node_converged_inputs, which the action reads from the role's
+    # vars (the same in the role and before it, in site.yml): the include passes nothing.
+    assert "vars" not in probe and "__k8s_gpu_node_converged_inputs" in (ROLE / "vars" / "main.yml").read_text(encoding="utf-8")
+    handback = names.index("Hand back what the last full run reported, on a converged host")
+    assert tasks[handback]["ansible.builtin.import_tasks"] == "converged.yml"
+    end = names.index("End the role, nothing drifted")
+    assert end == handback + 1 and tasks[end]["ansible.builtin.meta"] == "end_role"
+    assert tasks[end]["when"] == "__k8s_gpu_node_handed_back is not skipped"
+    # The hand-back's conditions repeat the probe's, so a probe result of an earlier role never ends this one.
+    converged = _yaml(ROLE / "tasks" / "converged.yml")
+    assert len(converged) == 1 and converged[0]["register"] == "__k8s_gpu_node_handed_back"
+    assert converged[0]["when"][0] == probe["when"] and "not ansible_check_mode" in converged[0]["when"]
     loads = [i for i, task in enumerate(tasks) if (task.get("ansible.builtin.include_role") or {}).get("tasks_from") == "vars.yml"]
     assert loads == [end + 1]
     record = tasks[-1]
     assert record["ansible.builtin.include_role"] == {"name": "gpuhost.nvidia.internal_common", "tasks_from": "record.yml"}
     assert "k8s_gpu_node_restart_pending | length == 0" in record["when"]
-    assert record["vars"]["internal_common_inputs"] == probe["vars"]["internal_common_inputs"]
+    assert "internal_common_inputs" not in record["vars"]
     # Nothing of the common role is copied: no gpuhost_converged or include_vars task of the role's own.
     text = "".join(path.read_text(encoding="utf-8") for path in (ROLE / "tasks").glob("*.yml"))
     assert "gpuhost.nvidia.gpuhost_converged" not in text and "include_vars" not in text

@@ -22,7 +22,7 @@ SKIPPING = {"nvidia_driver": "Install the NVIDIA driver", "gpu_settings": "Confi
             "gpu_compose": "Write docker compose GPU overrides", "gpu_doctor": "Diagnose the GPU hosts",
             "k8s_gpu_node": "Make the Kubernetes GPU workers ready for GPU pods"}
 # The role plays' loads of the per-distribution variables (the internal common role's vars.yml, or the role's set_vars.yml).
-END = "End the role on a converged host"
+END = "End the role, nothing drifted"
 
 
 def _tasks(role: str) -> list[dict]:
