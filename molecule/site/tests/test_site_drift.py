@@ -67,21 +67,22 @@ def observation(run: dict, instance: str) -> dict[str, dict]:
 
 
 def assert_fast_path(run: dict, instance: str) -> None:
-    """Each role ran its probe and ended there (none reached its record task at the end of the full path), and the run
-    changed nothing. The probe and the record are the internal common role's tasks, included by each role: the role is
-    the record's name in the result's path (/var/lib/gpuhost/converged/<role>.json)."""
+    """Each role's play answered "converged" before the role, on the controller (site.yml's gpuhost_converged task with
+    role:, whose result names the role), so the role was not entered: no role ran its own probe or reached its record
+    task at the end of the full path, and the run changed nothing. The probe and the record are the internal common
+    role's tasks, included by each role: the role is the record's name in the result's path."""
     def roles_that_ran(suffix: str) -> set[str]:
         return {Path(t["hosts"][instance]["path"]).stem for p in run["plays"] for t in p["tasks"]
                 if t["task"]["name"].endswith(suffix) and instance in t["hosts"]
                 and not t["hosts"][instance].get("skipped") and t["hosts"][instance].get("path")}
-    ended = roles_that_ran(PROBE_TASK)
-    ended -= roles_that_ran(RECORD_TASK)
-    # On a failure, what each role's probe answered (its drift, or why its inputs differ) says why it took the full path.
-    probes = {Path(t["hosts"][instance].get("path", "?")).stem:
-              {k: v for k, v in t["hosts"][instance].items() if k not in ("outputs", "invocation")}
+    # Only that task's result names a role (its "role").
+    before = {t["hosts"][instance]["role"]: {k: v for k, v in t["hosts"][instance].items() if k in ("converged", "drift")}
               for p in run["plays"] for t in p["tasks"]
-              if t["task"]["name"].endswith(PROBE_TASK) and instance in t["hosts"]}
-    assert ended == set(ROLES) and run["stats"][instance]["changed"] == 0, (ended, run["stats"], probes)
+              if instance in t["hosts"] and t["hosts"][instance].get("role") in ROLES}
+    ended = {role for role, answer in before.items() if answer.get("converged")}
+    entered = roles_that_ran(PROBE_TASK) | roles_that_ran(RECORD_TASK)
+    # On a failure, what each role's question answered (its drift, or why the observation could not answer) says why.
+    assert ended == set(ROLES) and not entered and run["stats"][instance]["changed"] == 0, (ended, entered, run["stats"], before)
 
 
 def test_probe_sees_each_drift_and_one_run_repairs_it(host, gpuhost_instance, tmp_path):

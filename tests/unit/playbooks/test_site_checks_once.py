@@ -82,3 +82,32 @@ def test_site_names_the_roles_it_checked_for_each_host(local_play, tmp_path) -> 
         "nvidia_driver", "nvidia_container_toolkit", "gpu_settings", "gpu_doctor"]
     assert results["compose-no-doctor"]["Show the checked roles"]["__gpuhost_site_checked"] == [
         "nvidia_container_toolkit", "gpu_settings", "gpu_compose"]
+
+
+@pytest.mark.parametrize("converged", [[], ["nvidia_driver", "gpu_compose"], None], ids=["none", "two", "not-asked"])
+def test_the_first_play_leaves_out_the_checks_of_the_roles_whose_records_hold(converged) -> None:
+    """The first play's controller-only question (gpuhost_converged roles:) names the roles whose records hold; their
+    checks wait for the role, which checks itself if it takes its full path after all (it is then not in
+    __gpuhost_site_checked). Every other enabled role is checked."""
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar, trust_as_template
+
+    tasks = SITE[0]["tasks"]
+    question = next(task for task in tasks if "roles" in (task.get("gpuhost.nvidia.gpuhost_converged") or {}))
+    checks = tasks[-1]
+    assert tasks.index(question) < tasks.index(checks) and question["register"] == "__gpuhost_converged_before"
+    asked = question["gpuhost.nvidia.gpuhost_converged"]["roles"]
+    # Every recording role is asked about, and no other (the doctor and verify record nothing).
+    recording = sorted(path.parent.parent.name for path in (ROOT / "roles").glob("*/tasks/converged.yml"))
+    assert sorted(asked) == recording
+    registered = {"skipped": True} if converged is None else {"converged_roles": converged}
+    checked = []
+    for item in checks["loop"]:
+        item = dict(item, enabled=True)  # every role switched on (the switches are tested above)
+        variables = {"__gpuhost_check": item, "__gpuhost_converged_before": registered, "ansible_run_tags": ["all"],
+                     "ansible_skip_tags": [], "group_names": []}
+        templar = Templar(loader=DataLoader(), variables=variables)
+        if all(templar.evaluate_conditional(trust_as_template(condition)) for condition in checks["when"]):
+            checked.append(item["role"])
+    roles = [item["role"] for item in checks["loop"]]
+    assert checked == [role for role in roles if role not in (converged or [])]
