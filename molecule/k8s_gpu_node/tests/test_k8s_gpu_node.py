@@ -217,6 +217,24 @@ def test_fast_path_sees_an_edited_file_and_one_run_repairs_it(host, gpuhost_inst
     assert changed_tasks(again, gpuhost_instance) == []
 
 
+def test_the_question_before_the_role_answers_as_the_role(gpuhost_instance, tmp_path):
+    """site.yml asks before each recording role, on the controller, whether the role's record holds (gpuhost_converged
+    with role:, from the run's one observation), and ends the role's play where it does. Here the role ran on its own
+    (converge.yml), so its record's inputs digest is the role's own probe's: the question, outside the role, computes the
+    same digest, node labels (a filter of the collection) included, and answers converged without asking the host."""
+    plays = [{"hosts": gpuhost_instance, "gather_facts": False, "tasks": [
+        {"name": "Observe", "gpuhost.nvidia.gpuhost_converged": {"state": "observe", "gpu_facts": True, "host_facts": True},
+         "register": "gpuhost_converged_observation"},
+        {"name": "Ask before the role", "gpuhost.nvidia.gpuhost_converged": {"state": "probe", "role": "k8s_gpu_node"}}]}]
+    path = tmp_path / "before.json"
+    path.write_text(json.dumps(plays), encoding="utf-8")
+    run = run_playbook_json(str(path), *FAST, limit=gpuhost_instance)
+    assert run["stats"][gpuhost_instance]["failures"] == 0, run
+    answer = run["plays"][0]["tasks"][1]["hosts"][gpuhost_instance]
+    assert answer["converged"] and answer["role"] == "k8s_gpu_node" and answer["drift"] == [], answer
+    assert "k8s_gpu_node_report" in answer["outputs"], answer
+
+
 def test_state_absent_restores_the_files(host, gpuhost_instance):
     if is_image(gpuhost_instance):
         return
