@@ -71,7 +71,7 @@ repos: venv deps
 	$(VBIN)/python tests/repos/build.py
 
 unit: venv deps
-	$(VBIN)/python -m pytest tests/unit -q -p no:cacheprovider -rs
+	$(VBIN)/python -m pytest tests/unit -q -p no:cacheprovider -rs --durations=30
 
 sanity: venv deps
 	tests/sanity/run.sh
