@@ -26,7 +26,9 @@ executed() {
             echo ;;
         changelog-lint) echo "$(find changelogs/fragments -name '*.yml' | wc -l) fragments" ;;
         lint) grep -Eo '[0-9]+ files processed' "$log" | tail -n1 | sed 's/$/ by ansible-lint/' ;;
-        sanity) echo "$(grep -c '^Running sanity test' "$log") sanity tests" ;;
+        sanity)  # the count, then the slowest five of the log's seconds per test (tests/sanity/run.sh)
+            echo "$(grep -c '^\[+[0-9]*s\] Running sanity test' "$log") sanity tests; slowest (s): $(grep -m1 '^sanity seconds per test: ' "$log" \
+                | sed 's/^sanity seconds per test: //' | cut -d, -f1-5)" ;;
         build) echo "$(grep -c '^ok:' "$log") plugins/roles listed from the installed tarball" ;;
         molecule) grep -E '^molecule: ' "$log" | sed 's/^molecule: //; s/$/ scenarios/' ;;
     esac

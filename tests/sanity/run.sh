@@ -23,5 +23,27 @@ cache="$HOME/.ansible/test/cache"
 mkdir -p "$cache"
 cp "$repo/tests/sanity/get_pip_bootstrap.py" "$cache/get_pip_${pip_version//./_}.py"
 
+# ansible-test's 'Running sanity test "pylint"' lines with the seconds since the tests began in front, and at the end
+# one line with the seconds each test took, longest first, so that a slow sanity tier shows which test grew.
+stamp_tests() {
+    local start="$1" line name="" began=0
+    local -a times=()
+    while IFS= read -r line; do
+        if [[ "$line" =~ ^Running\ sanity\ test\ \"([^\"]+)\" ]]; then
+            [[ -n "$name" ]] && times+=("$((SECONDS - began)) $name")
+            name="${BASH_REMATCH[1]}"
+            began=$SECONDS
+            line="[+$((SECONDS - start))s] $line"
+        fi
+        printf '%s\n' "$line"
+    done
+    [[ -n "$name" ]] && times+=("$((SECONDS - began)) $name")
+    if ((${#times[@]})); then
+        printf 'sanity seconds per test: %s\n' "$(printf '%s\n' "${times[@]}" | sort -k1,1nr -k2 | awk '{printf "%s%s %s", (NR > 1 ? ", " : ""), $2, $1}')"
+    fi
+}
+
 cd "$dest"
-exec ansible-test sanity --python 3.11 --requirements --color no "$@"
+rc=0
+ansible-test sanity --python 3.11 --requirements --color no "$@" 2>&1 | stamp_tests "$SECONDS" || rc=$?
+exit "$rc"
