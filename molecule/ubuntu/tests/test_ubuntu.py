@@ -269,7 +269,7 @@ def bad_run():
 
 
 def test_secure_boot_with_the_nvidia_source_fails_in_the_preflight_naming_the_signed_source(bad_run):
-    stats, changed, failed, (before, after), _ = bad_run
+    stats, changed, failed, (before, after) = bad_run[:4]
     assert stats["failures"] == 1 and changed == [], (stats, changed)
     (task, message), = failed
     assert task.endswith("Stop before any change when the request cannot work here"), task

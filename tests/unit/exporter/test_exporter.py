@@ -116,8 +116,8 @@ def test_nvidia_gpu_exporter_stub_serves_nvidia_smi_metrics_per_gpu(tmp_path):
         ("8e7d6c5b-4a39-4281-b7f6-e5d4c3b2a190", "NVIDIA H100 80GB HBM3", "580.65.06")]
     assert 'nvidia_smi_utilization_gpu_ratio{uuid="5c3b9d2e-0f4a-4b1e-9c6d-7a8b9c0d1e2f"}' in text  # no GPU- prefix
     # 1.14.0: nvidia-smi's bus id, the index and the driver's CUDA version on gpu_info only, and the collection's health
-    assert [(i["pci_bus_id"], i["index"], i["cuda_version"]) for i in info] == [("00000000:18:00.0", "0", "13.0"),
-                                                                               ("00000000:2A:00.0", "1", "13.0")]
+    assert [(i["pci_bus_id"], i["index"], i["cuda_version"]) for i in info] == [
+        ("00000000:18:00.0", "0", "13.0"), ("00000000:2A:00.0", "1", "13.0")]
     assert 'nvidia_smi_utilization_gpu_ratio{uuid="5c3b9d2e-0f4a-4b1e-9c6d-7a8b9c0d1e2f",' not in text  # uuid alone
     assert re.search(r"^nvidia_smi_command_exit_code 0$", text, re.M) and re.search(r"^nvidia_smi_last_collect_success 1$", text, re.M)
 
