@@ -203,8 +203,8 @@ def test_fleet_report_over_the_test_hosts(host, gpuhost_instance, tmp_path):
     dom = subprocess.run([*browse, "--dump-dom", (out / "fleet.html").as_uri()], capture_output=True, text=True,
                          timeout=120, check=True).stdout
     rows = re.findall(r'<tr class="s-[a-z]+" data-kind="(gpu|host)" data-status="([a-z]+)" data-host="([^"]+)"', dom)
-    assert sorted(row[2] for row in rows if row[0] == "gpu") == ["gpuhost-debian13-gpu_exporter-dcgm"] * 2 + [
-        "gpuhost-debian12-gpu_exporter-nvgpu"]
+    assert sorted(row[2] for row in rows if row[0] == "gpu") == ["gpuhost-debian12-gpu_exporter-nvgpu"] + [
+        "gpuhost-debian13-gpu_exporter-dcgm"] * 2
     assert rows[0][1:] == ("unreachable", "gpuhost-offline")
     shot = SCENARIO.parents[1] / "tests" / "output" / "report" / "molecule-fleet.png"
     shot.parent.mkdir(parents=True, exist_ok=True)
