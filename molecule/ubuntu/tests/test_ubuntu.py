@@ -210,7 +210,7 @@ def test_vfio_passthrough_with_ubuntus_grub_files(host, family):
     assert host.file("/usr/local/libexec/gpuhost/gpu-settings").exists
 
 
-def test_the_exporter_runs(host, family):
+def test_the_exporter_runs(host, family, tmp_path):
     """ubuntu2404: nvidia_gpu_exporter from its tarball; ubuntu2204: DCGM (auto, the facts' H100) from NVIDIA's CUDA
     ubuntu2204 repository stub at the role's default pin, the CUDA major of the facts' CUDA 13.0 and the profiling
     module (the facts name no architecture), trusted through nvidia_driver's keyring holding exactly the pinned key."""
@@ -229,7 +229,9 @@ def test_the_exporter_runs(host, family):
     assert [name for name in installed if name.startswith("datacenter-gpu-manager-4-") and name.endswith("cuda12")] == []
     policy = host.check_output("apt-cache policy datacenter-gpu-manager-4-cuda13")
     assert "file:/srv/gpuhost-repos/apt-cuda-ubuntu2204" in policy, policy
-    keyring = host.check_output("gpg --show-keys --with-colons /etc/apt/keyrings/gpuhost-nvidia-cuda.gpg")
+    # The host has no gpg (the role reads keys itself): the controller's gpg reads the keyring's bytes.
+    keyring = subprocess.run(["gpg", "--homedir", str(tmp_path), "--show-keys", "--with-colons"], check=True, capture_output=True,
+                             input=host.file("/etc/apt/keyrings/gpuhost-nvidia-cuda.gpg").content).stdout.decode()
     assert [line.split(":")[9] for line in keyring.splitlines() if line.startswith("fpr:")] == [FINGERPRINT]
     assert not host.file("/usr/local/bin/nvidia_gpu_exporter").exists
 
