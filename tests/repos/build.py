@@ -114,7 +114,7 @@ def driver_versions(specs: list[dict], versions: list[str]) -> list[dict]:
 def stub_text(name: str, version: str) -> str:
     """One stand-in file as a package installs it: its version filled in and, for the stub exporters, the published
     metric and label names of vocabulary/<name>.json embedded (the one place the tests and the stubs read them from)."""
-    text = (HERE / "files" / name).read_text().replace("@VERSION@", version.split("-")[0])
+    text = (HERE / "files" / name).read_text().replace("@VERSION@", version.split(":")[-1].split("-")[0])
     vocabulary = HERE / "vocabulary" / f"{name}.json"
     if "@VOCABULARY@" in text:
         text = text.replace("@VOCABULARY@", base64.b64encode(vocabulary.read_bytes()).decode())
@@ -176,7 +176,9 @@ def build_apt(out: Path, specs: list[dict], home: Path, fpr: str) -> None:
                 script = root / "DEBIAN/postinst"
                 script.write_text((HERE / "files" / spec["postinst"]).read_text())
                 script.chmod(0o755)
-            run(["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(root), str(out / f"{spec['name']}_{spec['version']}_amd64.deb")])
+            # The file name without the epoch, as in a Debian pool (1:4.5.2-1 -> _4.5.2-1_)
+            deb = f"{spec['name']}_{spec['version'].split(':')[-1]}_amd64.deb"
+            run(["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(root), str(out / deb)])
     (out / "Packages").write_text(run(["apt-ftparchive", "packages", "."], cwd=out))
     run(["gzip", "-kn9", "Packages"], cwd=out)
     (out / "Release").write_text(run(["apt-ftparchive", "-o", "APT::FTPArchive::Release::Origin=gpuhost-test",
@@ -302,13 +304,15 @@ def build(out: Path) -> None:
     home = out / "key" / "gnupg"
     # apt_toolkit_versions: the apt repository also offers a current toolkit (#18), without moving rpm's newest
     build_apt(out / "apt", packages(manifest["apt"], manifest.get("apt_toolkit_versions", tk)), home, fpr)
-    build_apt(out / "apt-cuda-debian13", driver_versions(manifest["apt-cuda-debian13"], manifest["apt-cuda-debian13-versions"]), home, fpr)
+    dcgm = manifest.get("apt-cuda-dcgm", [])  # DCGM in NVIDIA's debian13 and ubuntu2204 repositories
+    build_apt(out / "apt-cuda-debian13", driver_versions(manifest["apt-cuda-debian13"], manifest["apt-cuda-debian13-versions"]) + dcgm,
+              home, fpr)
     # #20: NVIDIA's debian12 repository, the same stubs at two releases of one branch
     debian12 = manifest["apt-cuda-debian13"] + manifest.get("apt-cuda-debian12-extra", [])
     build_apt(out / "apt-cuda-debian12", driver_versions(debian12, manifest["apt-cuda-debian12-versions"]), home, fpr)
     # Ubuntu (#24): the noble archive's restricted NVIDIA packages and NVIDIA's CUDA ubuntu2204 repository
-    for name in ("apt-ubuntu-noble", "apt-cuda-ubuntu2204"):
-        build_apt(out / name, manifest[name], home, fpr)
+    build_apt(out / "apt-ubuntu-noble", manifest["apt-ubuntu-noble"], home, fpr)
+    build_apt(out / "apt-cuda-ubuntu2204", manifest["apt-cuda-ubuntu2204"] + dcgm, home, fpr)
     rpm = manifest["rpm"]
     build_rpm_repo(out / "rpm" / "libnvidia-container", packages(rpm["libnvidia-container"], manifest.get("rpm_toolkit_versions", tk)),
                    home, fpr)

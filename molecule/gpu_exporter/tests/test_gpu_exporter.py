@@ -1,4 +1,4 @@
-"""gpu_exporter on two Debian 12 hosts (DCGM exporter, nvidia_gpu_exporter), scraped by Debian's real Prometheus."""
+"""gpu_exporter on Debian 13 (DCGM exporter) and Debian 12 (nvidia_gpu_exporter), scraped by Debian's real Prometheus."""
 
 from __future__ import annotations
 
@@ -23,6 +23,9 @@ EPHEMERAL = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/nonexistent"))
 FILE_SD = EPHEMERAL / "prometheus" / "gpu_exporters.json"
 RULES = EPHEMERAL / "prometheus" / "gpuhost-gpu.rules.yml"
 GPUS = {"dcgm": 2, "nvgpu": 1}
+FINGERPRINT = (SCENARIO.parents[1] / ".cache" / "repos" / "current" / "key" / "fingerprint").read_text(encoding="utf-8").strip()
+# nvidia_driver's pinned key for NVIDIA's CUDA debian13 repository (roles/nvidia_driver/vars/Debian_13.yml, docs/sources.md)
+DEBIAN13_CUDA_KEY = "02182E60104FCDC26EAE1B8597A5D4CB8793F200"
 KIND = {"dcgm": ("dcgm", 9400), "nvgpu": ("nvidia_gpu_exporter", 9835)}
 
 
@@ -45,9 +48,18 @@ def test_unit_enabled_running_and_hardened(host, gpuhost_instance):
     if kind == "dcgm":
         assert props["DeviceAllow"] == ""
         assert host.service("nvidia-dcgm.service").is_enabled and host.service("nvidia-dcgm.service").is_running
-        assert host.package("datacenter-gpu-manager-4-core").version == "4.5.2-1"
-        assert host.package("datacenter-gpu-manager-4-cuda13").version == "4.5.2-1"
+        # The role's default pin (with NVIDIA's epoch) and the CUDA major of driver branch 595 (CUDA 13.2, from the
+        # catalog: the facts carry no cuda_version).
+        assert host.package("datacenter-gpu-manager-4-core").version == "1:4.5.2-1"
+        assert host.package("datacenter-gpu-manager-4-cuda13").version == "1:4.5.2-1"
+        assert not host.package("datacenter-gpu-manager-4-cuda12").is_installed
         assert host.package("datacenter-gpu-manager-exporter").version == "4.8.2-1"
+        # Installed from the debian13 CUDA repository stand-in, trusted through nvidia_driver's keyring (the role's
+        # default), which holds exactly the pinned key.
+        policy = host.check_output("apt-cache policy datacenter-gpu-manager-4-cuda13")
+        assert "file:/srv/gpuhost-repos/apt-cuda-debian13" in policy, policy
+        keyring = host.check_output("gpg --show-keys --with-colons /etc/apt/keyrings/gpuhost-nvidia-cuda.gpg")
+        assert [line.split(":")[9] for line in keyring.splitlines() if line.startswith("fpr:")] == [FINGERPRINT]
         # Hopper reads the profiling fields through NVML: no profiling module.
         assert not host.package("datacenter-gpu-manager-4-proprietary").is_installed
         assert host.file("/usr/share/gpuhost-stub/datacenter-gpu-manager-exporter/STUB").exists
@@ -56,7 +68,7 @@ def test_unit_enabled_running_and_hardened(host, gpuhost_instance):
         assert "-r localhost:5555" in props["ExecStart"]
     else:
         assert "char-nvidia-frontend rw" in props["DeviceAllow"]
-        assert host.file("/usr/local/bin/nvidia_gpu_exporter").linked_to == "/opt/gpuhost-gpu-exporter/1.3.1/nvidia_gpu_exporter"
+        assert host.file("/usr/local/bin/nvidia_gpu_exporter").linked_to == "/opt/gpuhost-gpu-exporter/1.14.0/nvidia_gpu_exporter"
     # The exporter runs as a dynamic user, not root.
     user = host.check_output("ps -o user= -p $(systemctl show -p MainPID --value gpuhost-gpu-exporter.service)")
     assert user.strip() not in ("root", "0")
@@ -112,8 +124,8 @@ def test_prometheus_has_one_series_per_gpu_per_host(prometheus):
     dcgm = query(prometheus, "DCGM_FI_DEV_GPU_UTIL")
     nvgpu = query(prometheus, "nvidia_smi_gpu_info")
     assert sorted((s["metric"]["gpuhost_host"], s["metric"]["UUID"], s["metric"]["modelName"]) for s in dcgm) == [
-        ("gpuhost-debian12-gpu_exporter-dcgm", "GPU-5c3b9d2e-0f4a-4b1e-9c6d-7a8b9c0d1e2f", "NVIDIA H100 80GB HBM3"),
-        ("gpuhost-debian12-gpu_exporter-dcgm", "GPU-8e7d6c5b-4a39-4281-b7f6-e5d4c3b2a190", "NVIDIA H100 80GB HBM3")]
+        ("gpuhost-debian13-gpu_exporter-dcgm", "GPU-5c3b9d2e-0f4a-4b1e-9c6d-7a8b9c0d1e2f", "NVIDIA H100 80GB HBM3"),
+        ("gpuhost-debian13-gpu_exporter-dcgm", "GPU-8e7d6c5b-4a39-4281-b7f6-e5d4c3b2a190", "NVIDIA H100 80GB HBM3")]
     assert {s["metric"]["gpu"] for s in dcgm} == {"0", "1"} and {s["metric"]["device"] for s in dcgm} == {"nvidia0", "nvidia1"}
     assert [(s["metric"]["gpuhost_host"], s["metric"]["name"], s["metric"]["uuid"], s["metric"]["driver_version"]) for s in nvgpu] == [
         ("gpuhost-debian12-gpu_exporter-nvgpu", "NVIDIA GeForce RTX 4090", "1a2b3c4d-5e6f-4a7b-8c9d-0e1f2a3b4c5d", "575.64.03")]
@@ -122,7 +134,7 @@ def test_prometheus_has_one_series_per_gpu_per_host(prometheus):
     assert {s["metric"]["gpuhost_driver_version"] for s in nvgpu} == {"575.64.03"}
     per_host = {s["metric"]["gpuhost_host"]: int(s["value"][1]) for s in query(
         prometheus, "count by (gpuhost_host) (DCGM_FI_DEV_GPU_UTIL) or count by (gpuhost_host) (nvidia_smi_gpu_info)")}
-    assert per_host == {"gpuhost-debian12-gpu_exporter-dcgm": 2, "gpuhost-debian12-gpu_exporter-nvgpu": 1}
+    assert per_host == {"gpuhost-debian13-gpu_exporter-dcgm": 2, "gpuhost-debian12-gpu_exporter-nvgpu": 1}
 
 
 @pytest.mark.parametrize("dashboard", ["dcgm.json", "nvidia_gpu_exporter.json"])
@@ -147,10 +159,15 @@ def test_bad_inputs_fail_before_any_change(host, gpuhost_instance):
     assert changed == []
     reports = {h: outcome["__gpuhost_errors"] for play in result["plays"] for task in play["tasks"]
                if task["task"]["name"] == "Report the failures" for h, outcome in task["hosts"].items()}
-    assert "does not hold exactly the pinned key" in reports["gpuhost-debian12-gpu_exporter-dcgm"]["key"]
-    assert "Nothing was installed" in reports["gpuhost-debian12-gpu_exporter-dcgm"]["key"]
+    assert "does not hold exactly the pinned key" in reports["gpuhost-debian13-gpu_exporter-dcgm"]["key"]
+    assert "Nothing was installed" in reports["gpuhost-debian13-gpu_exporter-dcgm"]["key"]
+    # Without a fingerprint set, the key is the one nvidia_driver pins for Debian 13 (8793F200, not debian12's
+    # 3BF863CC), checked in nvidia_driver's keyring: the test key is not it.
+    default_key = reports["gpuhost-debian13-gpu_exporter-dcgm"]["default_key"]
+    assert "/etc/apt/keyrings/gpuhost-nvidia-cuda.gpg does not hold exactly the pinned key" in default_key, default_key
+    assert f"EXPECTED {DEBIAN13_CUDA_KEY}" in default_key.upper(), default_key
     assert "checksum" in reports["gpuhost-debian12-gpu_exporter-nvgpu"]["checksum"].lower()
-    assert host.package("datacenter-gpu-manager-4-core").version == "4.5.2-1"
+    assert host.package("datacenter-gpu-manager-4-core").version == "1:4.5.2-1"
 
 
 def test_fleet_report_over_the_test_hosts(host, gpuhost_instance, tmp_path):
@@ -172,7 +189,7 @@ def test_fleet_report_over_the_test_hosts(host, gpuhost_instance, tmp_path):
     assert result["stats"]["gpuhost-offline"]["unreachable"] == 1
     report = json.loads((out / "fleet.json").read_text(encoding="utf-8"))
     assert [(h["host"], h["status"]) for h in report["hosts"]][0] == ("gpuhost-offline", "unreachable")
-    assert {h["host"] for h in report["hosts"]} == {"gpuhost-offline", "gpuhost-debian12-gpu_exporter-dcgm",
+    assert {h["host"] for h in report["hosts"]} == {"gpuhost-offline", "gpuhost-debian13-gpu_exporter-dcgm",
                                                     "gpuhost-debian12-gpu_exporter-nvgpu"}
     # Every field is quoted (a spreadsheet must not read a host's value as a formula: docs/threat-model.md).
     assert (out / "fleet.csv").read_text(encoding="utf-8").startswith('"host","status","gpu","model",')
@@ -186,8 +203,8 @@ def test_fleet_report_over_the_test_hosts(host, gpuhost_instance, tmp_path):
     dom = subprocess.run([*browse, "--dump-dom", (out / "fleet.html").as_uri()], capture_output=True, text=True,
                          timeout=120, check=True).stdout
     rows = re.findall(r'<tr class="s-[a-z]+" data-kind="(gpu|host)" data-status="([a-z]+)" data-host="([^"]+)"', dom)
-    assert sorted(row[2] for row in rows if row[0] == "gpu") == ["gpuhost-debian12-gpu_exporter-dcgm"] * 2 + [
-        "gpuhost-debian12-gpu_exporter-nvgpu"]
+    assert sorted(row[2] for row in rows if row[0] == "gpu") == ["gpuhost-debian12-gpu_exporter-nvgpu"] + [
+        "gpuhost-debian13-gpu_exporter-dcgm"] * 2
     assert rows[0][1:] == ("unreachable", "gpuhost-offline")
     shot = SCENARIO.parents[1] / "tests" / "output" / "report" / "molecule-fleet.png"
     shot.parent.mkdir(parents=True, exist_ok=True)

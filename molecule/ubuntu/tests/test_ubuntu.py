@@ -65,6 +65,13 @@ FAMILY = {
     },
 }
 DROPIN = "/etc/systemd/system/nvidia-persistenced.service.d/gpuhost-persistence-mode.conf"
+# DCGM on ubuntu2204: the role's default pin (NVIDIA's epoch), CUDA 13, and the profiling module
+DCGM = {name: "1:4.5.2-1" for name in ("datacenter-gpu-manager-4-core", "datacenter-gpu-manager-4-cuda13",
+                                       "datacenter-gpu-manager-4-proprietary", "datacenter-gpu-manager-4-proprietary-cuda13")}
+DCGM["datacenter-gpu-manager-exporter"] = "4.8.2-1"
+FINGERPRINT = (SCENARIO.parents[1] / ".cache" / "repos" / "current" / "key" / "fingerprint").read_text(encoding="utf-8").strip()
+# nvidia_driver's pinned key for NVIDIA's CUDA ubuntu2204 repository (roles/nvidia_driver/vars/Ubuntu.yml, docs/sources.md)
+UBUNTU_CUDA_KEY = "EB693B3035CD5710E231E123A4B469963BF863CC"
 
 
 @pytest.fixture(scope="module")
@@ -203,9 +210,43 @@ def test_vfio_passthrough_with_ubuntus_grub_files(host, family):
     assert host.file("/usr/local/libexec/gpuhost/gpu-settings").exists
 
 
-def test_the_exporter_runs(host):
+def test_the_exporter_runs(host, family, tmp_path):
+    """ubuntu2404: nvidia_gpu_exporter from its tarball; ubuntu2204: DCGM (auto, the facts' H100) from NVIDIA's CUDA
+    ubuntu2204 repository stub at the role's default pin, the CUDA major of the facts' CUDA 13.0 and the profiling
+    module (the facts name no architecture), trusted through nvidia_driver's keyring holding exactly the pinned key."""
     unit = host.service("gpuhost-gpu-exporter")
     assert unit.is_enabled and unit.is_running
+    exec_start = host.check_output("systemctl show -p ExecStart --value gpuhost-gpu-exporter.service")
+    if family == "ubuntu2404":
+        assert ":9835" in exec_start, exec_start
+        assert host.file("/usr/local/bin/nvidia_gpu_exporter").linked_to == "/opt/gpuhost-gpu-exporter/1.14.0/nvidia_gpu_exporter"
+        assert not host.package("datacenter-gpu-manager-4-core").is_installed
+        return
+    assert ":9400" in exec_start and "-r localhost:5555" in exec_start, exec_start
+    assert host.service("nvidia-dcgm.service").is_enabled and host.service("nvidia-dcgm.service").is_running
+    installed = _installed(host)
+    assert {name: installed.get(name) for name in DCGM} == DCGM
+    assert [name for name in installed if name.startswith("datacenter-gpu-manager-4-") and name.endswith("cuda12")] == []
+    policy = host.check_output("apt-cache policy datacenter-gpu-manager-4-cuda13")
+    assert "file:/srv/gpuhost-repos/apt-cuda-ubuntu2204" in policy, policy
+    # The host has no gpg (the role reads keys itself): the controller's gpg reads the keyring's bytes.
+    keyring = subprocess.run(["gpg", "--homedir", str(tmp_path), "--show-keys", "--with-colons"], check=True, capture_output=True,
+                             input=host.file("/etc/apt/keyrings/gpuhost-nvidia-cuda.gpg").content).stdout.decode()
+    assert [line.split(":")[9] for line in keyring.splitlines() if line.startswith("fpr:")] == [FINGERPRINT]
+    assert not host.file("/usr/local/bin/nvidia_gpu_exporter").exists
+
+
+def test_without_a_fingerprint_dcgm_checks_ubuntus_cuda_key(bad_run, family):
+    """Without a fingerprint set, the exporter checks nvidia_driver's keyring against the key that role pins for
+    Ubuntu 22.04's CUDA repository (3BF863CC, as Debian 12's; not Debian 13's 8793F200); the test key is not it, so it
+    fails with nothing changed."""
+    if family != "ubuntu2204":
+        pytest.skip("the DCGM host's case")
+    changed, reports = bad_run[4]
+    assert changed == [], changed
+    (message,) = reports
+    assert "/etc/apt/keyrings/gpuhost-nvidia-cuda.gpg does not hold exactly the pinned key" in message, message
+    assert f"EXPECTED {UBUNTU_CUDA_KEY}" in message.upper() and "Nothing was installed" in message, message
 
 
 def test_compose_override_written(host):
@@ -214,7 +255,8 @@ def test_compose_override_written(host):
 
 @pytest.fixture(scope="module")
 def bad_run():
-    """bad_inputs.yml on the ubuntu2404 host: (stats, changed tasks, the failed task and its message, apt files after)."""
+    """bad_inputs.yml: on the ubuntu2404 host (stats, changed tasks, the failed task and its message, apt files after),
+    and on the ubuntu2204 host (its changed tasks and the exporter's key error with no fingerprint set)."""
     name = "gpuhost-ubuntu2404-ubuntu"
     listing = ["podman", "exec", name, "ls", "/etc/apt/sources.list.d", "/etc/apt/keyrings"]
     before = subprocess.run(listing, capture_output=True, text=True, check=False).stdout
@@ -222,11 +264,14 @@ def bad_run():
     after = subprocess.run(listing, capture_output=True, text=True, check=False).stdout
     failed = [(task["task"]["name"], task["hosts"][name].get("msg", "")) for play in result["plays"] for task in play["tasks"]
               if task["hosts"].get(name, {}).get("failed")]
-    return result["stats"][name], changed_tasks(result, name), failed, (before, after)
+    dcgm_host = "gpuhost-ubuntu2204-ubuntu"
+    reports = [task["hosts"][dcgm_host]["__gpuhost_default_key_error"] for play in result["plays"] for task in play["tasks"]
+               if task["task"]["name"] == "Report the default key's failure" and dcgm_host in task["hosts"]]
+    return result["stats"][name], changed_tasks(result, name), failed, (before, after), (changed_tasks(result, dcgm_host), reports)
 
 
 def test_secure_boot_with_the_nvidia_source_fails_in_the_preflight_naming_the_signed_source(bad_run):
-    stats, changed, failed, (before, after) = bad_run
+    stats, changed, failed, (before, after) = bad_run[:4]
     assert stats["failures"] == 1 and changed == [], (stats, changed)
     (task, message), = failed
     assert task.endswith("Stop before any change when the request cannot work here"), task

@@ -69,6 +69,9 @@ def test_promtool_unit_tests_pass(tmp_path):
      "GpuRowRemapPending"),
     ("and on (instance) (up == 1)", "", "GpuFallenOffBus"),
     ("nvidia_smi_command_exit_code != 0", "nvidia_smi_command_exit_code > 9", "GpuNvidiaSmiFailing"),
+    ("nvidia_smi_gpu_recovery_action > 0", "nvidia_smi_gpu_recovery_action > 2", "GpuRecoveryActionRequired"),
+    ("expr: nvidia_smi_persistence_mode == 0\n        for: 15m", "expr: nvidia_smi_persistence_mode == 0\n        for: 1h",
+     "GpuPersistenceModeOff"),
     ("severity: critical\n          source: dcgm", "severity: warning\n          source: dcgm", "GpuXidCritical"),
 ])
 def test_the_unit_tests_fail_on_a_changed_rule(tmp_path, old, new, alert):
@@ -96,7 +99,9 @@ def test_the_rules_cover_what_gpu_ops_page_on():
     exprs = " ".join(rule["expr"] for rule in _rules())
     for metric in ("DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_THERMAL_VIOLATION", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
                    "DCGM_FI_DEV_ROW_REMAP_FAILURE", "DCGM_FI_DEV_ROW_REMAP_PENDING", "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL",
-                   "DCGM_FI_DEV_PERSISTENCE_MODE", "nvidia_smi_command_exit_code", "nvidia_smi_temperature_gpu", "up{"):
+                   "DCGM_FI_DEV_PERSISTENCE_MODE", "nvidia_smi_command_exit_code", "nvidia_smi_temperature_gpu", "up{",
+                   "nvidia_smi_ecc_errors_uncorrected_volatile_total", "nvidia_smi_remapped_rows_failure",
+                   "nvidia_smi_remapped_rows_pending", "nvidia_smi_gpu_recovery_action", "nvidia_smi_persistence_mode"):
         assert metric in exprs, metric
     tested = set(re.findall(r"alertname: (\w+)", UNIT_TESTS.read_text(encoding="utf-8")))
     assert {rule["alert"] for rule in _rules()} <= tested

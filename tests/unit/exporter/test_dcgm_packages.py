@@ -84,12 +84,12 @@ def test_removal_takes_every_package_the_role_may_have_installed(cuda_major, exp
 
 
 @pytest.mark.parametrize("machine, backend, archive", [
-    ("x86_64", "exec", "v1.3.1/nvidia_gpu_exporter_1.3.1_linux_x86_64.tar.gz"),
-    ("aarch64", "exec", "v1.3.1/nvidia_gpu_exporter_1.3.1_linux_arm64.tar.gz"),
-    ("x86_64", "nvml", "v1.3.1/nvidia_gpu_exporter-nvml_1.3.1_linux_x86_64.tar.gz"),
+    ("x86_64", "exec", "v1.14.0/nvidia_gpu_exporter_1.14.0_linux_x86_64.tar.gz"),
+    ("aarch64", "exec", "v1.14.0/nvidia_gpu_exporter_1.14.0_linux_arm64.tar.gz"),
+    ("x86_64", "nvml", "v1.14.0/nvidia_gpu_exporter-nvml_1.14.0_linux_x86_64.tar.gz"),
 ])
 def test_the_default_url_is_the_release_archive_for_the_machine_and_backend(machine, backend, archive):
-    """The release's archive names (.goreleaser.yml at v1.3.1 and v1.13.1: x86_64 for amd64, arm64; the -nvml flavour
+    """The release's archive names (.goreleaser.yml at v1.3.1, v1.13.1 and v1.14.0: x86_64 for amd64, arm64; the -nvml flavour
     from 1.11.0). The plan refuses nvml before 1.11.0 and off x86_64 (test_exporter_plan.py)."""
     url = _render("Debian", None, False, "gpu_exporter_nvidia_gpu_exporter_url", gpu_exporter_nvidia_gpu_exporter_backend=backend,
                   ansible_facts={"os_family": "Debian", "architecture": machine})

@@ -74,13 +74,14 @@ def scrape(tmp_path: Path, stub: str, *args: str) -> str:
 def promtool_check(text: str) -> None:
     """Debian's promtool parses the exposition; only its naming lint may remain, about names the publishers use
     (DCGM's camelCase labels, its counters without _total, DCGM_FI_DEV_PCIE_REPLAY_COUNTER, nvidia_gpu_exporter's nvidia_smi_count and
-    ..._session_count)."""
+    ..._session_count, its nvidia-smi gauges ..._ecc_errors_*_total and ..._remapped_rows_histogram_*)."""
     promtool = shutil.which("promtool")
     if promtool is None:
         pytest.skip("tool missing: promtool (prometheus, bindep.txt; tests/deps/install.sh)")
     proc = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, check=False)
     published_names = ("should be written in 'snake_case'", 'non-histogram and non-summary metrics should not have "_count" suffix',
-                       'counter metrics should have "_total" suffix', "metric name should not include type 'counter'")
+                       'counter metrics should have "_total" suffix', "metric name should not include type 'counter'",
+                       'non-counter metrics should not have "_total" suffix', "metric name should not include type 'histogram'")
     problems = [line for line in (proc.stdout + proc.stderr).splitlines() if line and not any(p in line for p in published_names)]
     assert proc.returncode in (0, 3) and problems == [], proc.stdout + proc.stderr
 
@@ -114,9 +115,11 @@ def test_nvidia_gpu_exporter_stub_serves_nvidia_smi_metrics_per_gpu(tmp_path):
         ("5c3b9d2e-0f4a-4b1e-9c6d-7a8b9c0d1e2f", "NVIDIA H100 80GB HBM3", "580.65.06"),
         ("8e7d6c5b-4a39-4281-b7f6-e5d4c3b2a190", "NVIDIA H100 80GB HBM3", "580.65.06")]
     assert 'nvidia_smi_utilization_gpu_ratio{uuid="5c3b9d2e-0f4a-4b1e-9c6d-7a8b9c0d1e2f"}' in text  # no GPU- prefix
-    # 1.3.1 has neither (they came in later releases)
-    assert "pci_bus_id" not in text and "nvidia_smi_last_collect_success" not in text
-    assert re.search(r"^nvidia_smi_command_exit_code 0$", text, re.M)
+    # 1.14.0: nvidia-smi's bus id, the index and the driver's CUDA version on gpu_info only, and the collection's health
+    assert [(i["pci_bus_id"], i["index"], i["cuda_version"]) for i in info] == [
+        ("00000000:18:00.0", "0", "13.0"), ("00000000:2A:00.0", "1", "13.0")]
+    assert 'nvidia_smi_utilization_gpu_ratio{uuid="5c3b9d2e-0f4a-4b1e-9c6d-7a8b9c0d1e2f",' not in text  # uuid alone
+    assert re.search(r"^nvidia_smi_command_exit_code 0$", text, re.M) and re.search(r"^nvidia_smi_last_collect_success 1$", text, re.M)
 
 
 @pytest.mark.parametrize("board, stub, args", [("dcgm.json", "dcgm-exporter", True), ("nvidia_gpu_exporter.json", "nvidia_gpu_exporter", False)])

@@ -138,10 +138,10 @@ def test_rule_file_check_fails_on_an_unpublished_name(tmp_path):
     path = tmp_path / "gpu.rules.yml"
     path.write_text(yaml.safe_dump({"groups": [{"name": "gpu", "rules": [
         {"alert": "GpuHot", "expr": 'DCGM_FI_DEV_GPU_TEMP{gpuhost_host!=""} > 85'},
-        {"alert": "CollectFailing", "expr": "nvidia_smi_last_collect_success == 0"},
+        {"alert": "CollectFailing", "expr": "nvidia_smi_last_collection_success == 0"},
         {"record": "gpu:util", "expr": "avg by (host) (DCGM_FI_DEV_GPU_UTIL)"}]}]}), encoding="utf-8")
     problems = rule_file_problems(path)
-    assert len(problems) == 2 and "nvidia_smi_last_collect_success" in problems[0] and "label host" in problems[1], problems
+    assert len(problems) == 2 and "nvidia_smi_last_collection_success" in problems[0] and "label host" in problems[1], problems
     path.write_text("groups: []\n", encoding="utf-8")
     assert rule_file_problems(path) == ["gpu.rules.yml: no rules"]
 
@@ -165,12 +165,18 @@ def test_dashboard_expressions_are_valid_promql():
 # --- the check fails where it must -------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("expr, legend, problem", [
-    # the names #41 found: made up, or of another release
-    ("nvidia_smi_last_collect_success", None, "metric nvidia_smi_last_collect_success"),
-    ('nvidia_smi_gpu_info{pci_bus_id="00000000:01:00.0"}', None, "label pci_bus_id"),
-    ('count by (pci_bus_id) (nvidia_smi_gpu_info)', None, "label pci_bus_id"),
-    ('nvidia_smi_gpu_info{index="0"}', None, "label index"),
-    ('nvidia_smi_gpu_info{cuda_version="12.9"}', None, "label cuda_version"),
+    # names of another release, or made up: 1.14.0 has nvidia_smi_last_collect_success and pci_bus_id, index and
+    # cuda_version on nvidia_smi_gpu_info only, not on the field metrics; the NVML backend's and the per-process
+    # families are not served with the role's flags
+    ("nvidia_smi_last_collection_success", None, "metric nvidia_smi_last_collection_success"),
+    ('nvidia_smi_utilization_gpu_ratio{pci_bus_id="00000000:01:00.0"}', None, "label pci_bus_id"),
+    ('count by (pci_bus_id) (nvidia_smi_temperature_gpu)', None, "label pci_bus_id"),
+    ('nvidia_smi_memory_used_bytes{index="0"}', None, "label index"),
+    ('nvidia_smi_gpu_info{cuda="12.9"}', None, "label cuda"),
+    ("nvidia_smi_xid_errors_total", None, "metric nvidia_smi_xid_errors_total"),
+    ("nvidia_smi_nvml_return_code", None, "metric nvidia_smi_nvml_return_code"),
+    ("nvidia_smi_compute_app_info", None, "metric nvidia_smi_compute_app_info"),
+    ("nvidia_smi_display_mode", None, "metric nvidia_smi_display_mode"),
     ('count by (name, driver_version) (DCGM_FI_DEV_GPU_UTIL)', None, "driver_version"),
     ('DCGM_FI_DEV_GPU_UTIL{DCGM_FI_DRIVER_VERSION="580.65.06"}', None, "label DCGM_FI_DRIVER_VERSION"),
     ('DCGM_FI_DEV_GPU_UTIL{exported_driver_version="580.65.06"}', None, "exported_driver_version"),
@@ -193,7 +199,7 @@ def test_dashboard_expressions_are_valid_promql():
     ("DCGM_FI_DEV_FB_USED / on (UUID, gpuhost_hots) DCGM_FI_DEV_FB_FREE", None, "label gpuhost_hots"),
     ("DCGM_FI_DEV_FB_USED * ignoring (modelname) DCGM_FI_DEV_FB_FREE", None, "label modelname"),
     ("DCGM_FI_DEV_FB_USED * on (gpu) group_left (vbios) DCGM_FI_DEV_FB_FREE", None, "label vbios"),
-    ('{__name__="nvidia_smi_last_collect_success"}', None, "metric nvidia_smi_last_collect_success"),
+    ('{__name__="nvidia_smi_last_collection_success"}', None, "metric nvidia_smi_last_collection_success"),
     ('{__name__=~"DCGM_.*"}', None, "__name__"),
     ('{pci_bus_id="x"}', None, "label pci_bus_id"),
     ("max_over_time(nvidia_smi_temperature_gpu[1h]) offset 5m > on (uuid) bogus_metric", None, "metric bogus_metric"),
@@ -226,6 +232,10 @@ def test_check_names_the_unpublished_name(expr, legend, problem):
     ('count by (name, driver_version, vbios_version) (nvidia_smi_gpu_info{driver_model_current="[N/A]"})', "{{name}} {{driver_version}}"),
     ("nvidia_smi_memory_used_bytes / nvidia_smi_memory_total_bytes > 0.9", "{{uuid}} {{instance}} {{job}}"),
     ("nvidia_smi_command_exit_code != 0", "{{gpuhost_host}}"),
+    ("nvidia_smi_last_collect_success == 0 and nvidia_smi_failed_scrapes_total > 0", "{{gpuhost_host}}"),
+    ('count by (pci_bus_id, index, cuda_version, compute_cap, serial) (nvidia_smi_gpu_info{pci_bus_id=~"0000.*"})',
+     "{{pci_bus_id}} {{index}} {{cuda_version}}"),
+    ("nvidia_smi_remapped_rows_pending + on (uuid) nvidia_smi_gpu_recovery_action", "{{uuid}}"),
     ('up{gpuhost_exporter="nvidia_gpu_exporter", job="gpu"} == 0', "{{gpuhost_driver_version}} {{gpuhost_gpu_count}}"),
     ('{__name__="nvidia_smi_temperature_gpu", uuid=~".+"} offset 5m', None),
     ("avg_over_time(nvidia_smi_power_draw_watts[1h:5m]) * 1e3", None),
@@ -243,8 +253,8 @@ def _board(name: str) -> dict:
 
 
 @pytest.mark.parametrize("name, mutate, problem", [
-    ("nvidia_gpu_exporter.json", lambda b: b["panels"][0]["targets"][0].update(expr="nvidia_smi_last_collect_success"),
-     "nvidia_smi_last_collect_success"),
+    ("nvidia_gpu_exporter.json", lambda b: b["panels"][0]["targets"][0].update(expr="nvidia_smi_last_collection_success"),
+     "nvidia_smi_last_collection_success"),
     ("nvidia_gpu_exporter.json", lambda b: b["panels"][0]["targets"][0].update(legendFormat="{{pci_bus_id}}"), "pci_bus_id"),
     ("dcgm.json", lambda b: b["templating"]["list"][1]["query"].update(query="label_values(DCGM_FI_DEV_GPU_UTIL, host)"), "host"),
     ("dcgm.json", lambda b: b["templating"]["list"][1]["query"].update(query="label_values(host)"), "label_values"),
@@ -317,11 +327,16 @@ def test_dcgm_stub_refuses_a_field_outside_the_vocabulary(tmp_path, row):
 def test_nvidia_gpu_exporter_stub_emits_exactly_the_published_names_and_labels(tmp_path):
     series = _series(scrape(tmp_path, "nvidia_gpu_exporter"))
     expected = pq.nvidia_gpu_exporter_labels()
-    assert {name for name, _labels in series} == set(expected) - {"nvidia_smi_failed_scrapes_total"}  # counted only on a failure
+    # 1.14.0 serves the collection health metrics on every scrape after a successful collection, failed_scrapes_total too
+    assert {name for name, _labels in series} == set(expected)
     for name, labels in series:
         assert set(labels) == expected[name], (name, labels)
-    uuids = {labels["uuid"] for name, labels in series if name == "nvidia_smi_gpu_info"}
-    assert uuids == {g["uuid"].lower().removeprefix("gpu-") for g in GPUS["gpus"]}
+    info = [labels for name, labels in series if name == "nvidia_smi_gpu_info"]
+    assert {labels["uuid"] for labels in info} == {g["uuid"].lower().removeprefix("gpu-") for g in GPUS["gpus"]}
+    # nvidia-smi's bus id (an eight-digit domain) and index, and the driver's CUDA version
+    assert {(labels["pci_bus_id"], labels["index"]) for labels in info} == {
+        ("0000" + g["pci_bus_id"].upper(), str(g["index"])) for g in GPUS["gpus"]}
+    assert {labels["cuda_version"] for labels in info} == {GPUS.get("cuda_version", "")}
 
 
 @pytest.mark.parametrize("scenario", ["gpu_exporter", "gpu_exporter_el"])
