@@ -14,9 +14,9 @@ import pathlib
 import pytest
 import yaml
 from ansible.parsing.dataloader import DataLoader
-from ansible.template import trust_as_template
 
 from test_converged_observe import Controller, write_record
+from trusted_vars import trusted
 
 from ansible_collections.gpuhost.nvidia.plugins.module_utils import _converged
 
@@ -46,17 +46,6 @@ def _yaml(path: pathlib.Path) -> dict:
     return yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
 
-def _trusted(value):
-    """An inventory's value as Ansible hands it over: its templates trusted."""
-    if isinstance(value, str):
-        return trust_as_template(value)
-    if isinstance(value, dict):
-        return {key: _trusted(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_trusted(item) for item in value]
-    return value
-
-
 def _role_file(path: pathlib.Path) -> dict:
     """A role's defaults or vars file as Ansible loads it: its templates trusted."""
     return dict(DataLoader().load_from_file(str(path), cache="none", trusted_as_template=True) or {}) if path.is_file() else {}
@@ -71,7 +60,7 @@ def _in_role_vars(role: str, user: dict) -> dict:
     role's vars/main.yml and its per-OS files (include_vars) over them, and the internal common role's magic variables
     (its probe.yml runs the action for the role that included it)."""
     variables = _role_file(ROLES / role / "defaults" / "main.yml")
-    variables.update(_trusted(dict(BASE, **user)))
+    variables.update(trusted(dict(BASE, **user)))
     variables.update(_role_file(ROLES / role / "vars" / "main.yml"))
     for name in ("Debian.yml", "Debian_12.yml"):
         variables.update(_role_file(ROLES / role / "vars" / name))
@@ -82,8 +71,8 @@ def _in_role_vars(role: str, user: dict) -> dict:
 
 def _controller(module, variables: dict) -> Controller:
     controller = Controller(module, tagged=True)
-    controller.vars.update(_trusted(BASE))
-    controller.vars.update(_trusted(variables) if "role_path" not in variables else variables)
+    controller.vars.update(trusted(BASE))
+    controller.vars.update(trusted(variables) if "role_path" not in variables else variables)
     controller.vars["ansible_facts"] = dict(FACTS, **controller.vars.get("ansible_facts", {}))
     return controller
 

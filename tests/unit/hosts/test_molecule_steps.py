@@ -11,29 +11,12 @@ are written in by hand for step_times, and stamp_steps is checked for which line
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 from pathlib import Path
 
-import pytest
+from bash_functions import function, run_bash
 
 RUN_SH = Path(__file__).resolve().parents[2] / "molecule" / "run.sh"
 ESC = "\x1b"
-
-
-def _function(name: str) -> str:
-    text = RUN_SH.read_text(encoding="utf-8")
-    found = re.search(r"^%s\(\) \{\n.*?^\}\n" % name, text, re.S | re.M)
-    assert found, f"{name}() is not in {RUN_SH}"
-    return found.group(0)
-
-
-def _bash(script: str, stdin: str = "") -> str:
-    bash = shutil.which("bash")
-    if bash is None:
-        pytest.skip("tool missing: bash")
-    proc = subprocess.run([bash, "-c", script], input=stdin, capture_output=True, text=True, check=True, timeout=60)
-    return proc.stdout
 
 
 def _step(scenario: str, step: str, what: str) -> str:
@@ -45,7 +28,7 @@ def _step(scenario: str, step: str, what: str) -> str:
 def test_only_the_step_lines_are_stamped():
     lines = [_step("absent", "converge", "Executing"), "  │ TASK [Install the driver] ***", "PLAY RECAP",
              _step("absent", "converge", "Executed: Successful"), _step("absent", "discovery", "scenario test matrix: create")]
-    out = _bash(_function("stamp_steps") + 'stamp_steps "$SECONDS"', "\n".join(lines) + "\n").splitlines()
+    out = run_bash(function(RUN_SH, "stamp_steps") + 'stamp_steps "$SECONDS"', "\n".join(lines) + "\n").splitlines()
     assert len(out) == len(lines)
     stamped = [bool(re.match(r"^\[\+\d+s\] ", line)) for line in out]
     assert stamped == [True, False, False, True, False], out
@@ -66,4 +49,4 @@ def test_step_times_sums_each_step_in_the_order_it_first_ran(tmp_path):
     # Molecule's closing summary repeats the step lines (without INFO); they are stamped too but add nothing.
     body += ["[+330s] absent ➜ converge: Executed: Successful", "  │ ok: [gpuhost-debian12-absent]"]
     log.write_text("\n".join(body) + "\n", encoding="utf-8")
-    assert _bash(_function("step_times") + f'step_times "{log}"') == "destroy 23 create 28 check 57 converge 212 verify 10 cleanup 0"
+    assert run_bash(function(RUN_SH, "step_times") + f'step_times "{log}"') == "destroy 23 create 28 check 57 converge 212 verify 10 cleanup 0"

@@ -11,31 +11,14 @@ lines are stamped and which tests the closing line names are checked, never the 
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 from pathlib import Path
 
-import pytest
+from bash_functions import function, run_bash
 
 TESTS = Path(__file__).resolve().parents[2]
 RUN_SH = TESTS / "sanity" / "run.sh"
 RUN_TIERS = TESTS / "run_tiers.sh"
 STAMP = re.compile(r"^\[\+\d+s\] ")
-
-
-def _function(path: Path, name: str) -> str:
-    text = path.read_text(encoding="utf-8")
-    found = re.search(r"^%s\(\) \{\n.*?^\}\n" % name, text, re.S | re.M)
-    assert found, f"{name}() is not in {path}"
-    return found.group(0)
-
-
-def _bash(script: str, stdin: str = "") -> str:
-    bash = shutil.which("bash")
-    if bash is None:
-        pytest.skip("tool missing: bash")
-    proc = subprocess.run([bash, "-c", script], input=stdin, capture_output=True, text=True, check=True, timeout=60)
-    return proc.stdout
 
 
 LINES = ['WARNING: Using locale "C.UTF-8" instead of "en_US.UTF-8".', 'Running sanity test "action-plugin-docs"',
@@ -45,7 +28,7 @@ LINES = ['WARNING: Using locale "C.UTF-8" instead of "en_US.UTF-8".', 'Running s
 
 
 def test_only_the_test_lines_are_stamped_and_the_end_names_each_test_once():
-    out = _bash(_function(RUN_SH, "stamp_tests") + 'stamp_tests "$SECONDS"', "\n".join(LINES) + "\n").splitlines()
+    out = run_bash(function(RUN_SH, "stamp_tests") + 'stamp_tests "$SECONDS"', "\n".join(LINES) + "\n").splitlines()
     assert len(out) == len(LINES) + 1
     assert [bool(STAMP.match(line)) for line in out[:-1]] == [False, True, False, True, True, False, False], out
     assert [STAMP.sub("", line) for line in out[:-1]] == LINES
@@ -60,7 +43,7 @@ def test_only_the_test_lines_are_stamped_and_the_end_names_each_test_once():
 
 def test_no_test_line_adds_no_closing_line():
     lines = ["ERROR: Command 'ansible-test' not found", "usage: ansible-test sanity [-h]"]
-    out = _bash(_function(RUN_SH, "stamp_tests") + 'stamp_tests "$SECONDS"', "\n".join(lines) + "\n").splitlines()
+    out = run_bash(function(RUN_SH, "stamp_tests") + 'stamp_tests "$SECONDS"', "\n".join(lines) + "\n").splitlines()
     assert out == lines
 
 
@@ -71,5 +54,5 @@ def test_the_tier_summary_counts_the_stamped_lines_and_quotes_the_slowest_five(t
     body = [f'[+{n}s] Running sanity test "{name}"' for n, name in enumerate(names)]
     body.append("sanity seconds per test: " + ", ".join(f"{name} {100 - n}" for n, name in enumerate(names)))
     (logs / "sanity.log").write_text("\n".join(body) + "\n", encoding="utf-8")
-    out = _bash(f'logs="{logs}"\n' + _function(RUN_TIERS, "executed") + "executed sanity")
+    out = run_bash(f'logs="{logs}"\n' + function(RUN_TIERS, "executed") + "executed sanity")
     assert out.strip() == "7 sanity tests; slowest (s): pylint 100, validate-modules 99, import 98, ansible-doc 97, yamllint 96"
